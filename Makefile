@@ -1,0 +1,62 @@
+# gpusched: the two commands a new machine needs are `make demo` and `make test`;
+# each creates .venv and builds the Go binaries (cached by version) on first use.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+GPUSCHED_CACHE ?= $(HOME)/.cache/gpusched
+export GPUSCHED_CACHE
+STAMP := $(VENV)/.installed
+
+.PHONY: all venv bins demo test test-unit test-integration lint bench cluster-up cluster-down clean
+
+all: test
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev,plot]'
+	@touch $(STAMP)
+
+venv: $(STAMP)
+
+bins:
+	@tools/build.sh
+
+# A local control plane to point kubectl at (tools/README.md): `make cluster-up` starts etcd,
+# kube-apiserver, KWOK and kube-scheduler on loopback, loads NODES generated GPU nodes
+# (default 64) or the rows of NODE_LIST (an openb node CSV; NODES then caps the count), and
+# writes .cluster/kubeconfig and .cluster/bin/ (kubectl & co). `make cluster-down` stops it.
+NODES ?=
+NODE_LIST ?=
+.PHONY: cluster-status
+
+cluster-up: venv bins
+	$(PY) -m gpusched.devcluster up $(if $(NODES),--nodes $(NODES)) \
+		$(if $(NODE_LIST),--node-list '$(NODE_LIST)')
+
+cluster-down: venv
+	$(PY) -m gpusched.devcluster down
+
+cluster-status: venv
+	@$(PY) -m gpusched.devcluster status
+
+demo: venv
+	$(VENV)/bin/gpusched simulate
+
+test: venv bins
+	$(PY) -m pytest tests
+
+test-unit: venv
+	$(PY) -m pytest tests/unit
+
+lint: venv
+	$(VENV)/bin/ruff check gpusched tests bench
+	$(VENV)/bin/ruff format --check gpusched tests bench
+	$(VENV)/bin/mypy
+
+bench: venv
+	$(PY) bench/kernels.py
+
+clean:
+	rm -rf $(VENV) .cluster build *.egg-info

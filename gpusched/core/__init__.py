@@ -1,0 +1,1 @@
+"""The scheduler core: cache and snapshot, queue, runtime, and the cycle wiring."""

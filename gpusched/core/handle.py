@@ -1,0 +1,34 @@
+"""The Handle plugins receive: snapshot and cache views plus the cluster port."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from gpusched.core.cache.cache import ClusterCache
+from gpusched.core.cache.snapshot import Snapshot
+from gpusched.framework.interfaces import ClusterPort, Rows
+from gpusched.model.pod import PodInfo
+
+
+class SchedulerHandle:
+    def __init__(self, cache: ClusterCache, cluster: ClusterPort, clock: Callable[[], float]) -> None:
+        self.cache = cache
+        self._cluster = cluster
+        self._clock = clock
+
+    @property
+    def snapshot(self) -> Snapshot:
+        return self.cache.snapshot
+
+    @property
+    def cluster(self) -> ClusterPort:
+        return self._cluster
+
+    def now(self) -> float:
+        return self._clock()
+
+    def pods_on_node(self, node: str) -> Iterable[PodInfo]:
+        return self.cache.pods_on_node(node)
+
+    def job_rows(self, job_id: str) -> Rows:
+        return self.cache.job_rows(job_id)

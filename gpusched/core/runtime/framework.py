@@ -1,0 +1,375 @@
+"""The framework runner: one profile's plugins, run point by point, timed per plugin.
+
+Built once per profile; refuses an invalid profile at construction so a bad configuration
+stops start-up instead of failing pods one by one.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from gpusched.config.profile import ConfigError, Point, Profile
+from gpusched.core.runtime.registry import Registry
+from gpusched.core.runtime.waiting import WaitingPod, WaitingPods
+from gpusched.framework.cycle_state import CycleState
+from gpusched.framework.interfaces import (
+    MAX_NODE_SCORE,
+    MIN_NODE_SCORE,
+    BindPlugin,
+    Diagnosis,
+    FilterPlugin,
+    Handle,
+    Mask,
+    NormalizeScorePlugin,
+    PermitPlugin,
+    PostBindPlugin,
+    PostFilterPlugin,
+    PreBindPlugin,
+    PreFilterPlugin,
+    PreScorePlugin,
+    QueueSortPlugin,
+    ReservePlugin,
+    Rows,
+    Scores,
+    ScorePlugin,
+)
+from gpusched.framework.status import Code, Status
+from gpusched.model.pod import PodInfo
+
+_PROTOCOLS: dict[Point, type] = {
+    Point.QUEUE_SORT: QueueSortPlugin,
+    Point.PRE_FILTER: PreFilterPlugin,
+    Point.FILTER: FilterPlugin,
+    Point.POST_FILTER: PostFilterPlugin,
+    Point.PRE_SCORE: PreScorePlugin,
+    Point.SCORE: ScorePlugin,
+    Point.RESERVE: ReservePlugin,
+    Point.PERMIT: PermitPlugin,
+    Point.PRE_BIND: PreBindPlugin,
+    Point.BIND: BindPlugin,
+    Point.POST_BIND: PostBindPlugin,
+}
+
+INVALID_POD = "PodSpec"
+
+
+@dataclass(slots=True)
+class PluginScores:
+    raw: Scores
+    normalized: Scores
+    weight: float
+
+
+@dataclass(slots=True)
+class ScoreResult:
+    rows: Rows
+    total: Scores
+    by_plugin: dict[str, PluginScores] = field(default_factory=dict)
+
+
+class Timings:
+    """Time per (point, plugin), for metrics and the decision record."""
+
+    __slots__ = ("calls", "ns")
+
+    def __init__(self) -> None:
+        self.ns: dict[tuple[str, str], int] = {}
+        self.calls: dict[tuple[str, str], int] = {}
+
+    def add(self, point: str, plugin: str, ns: int) -> None:
+        key = (point, plugin)
+        self.ns[key] = self.ns.get(key, 0) + ns
+        self.calls[key] = self.calls.get(key, 0) + 1
+
+    def per_call_us(self) -> dict[str, float]:
+        return {f"{p}/{n}": self.ns[(p, n)] / self.calls[(p, n)] / 1e3 for (p, n) in self.ns}
+
+
+TieBreak = Callable[[Rows], int]
+
+
+class Framework:
+    def __init__(
+        self,
+        profile: Profile,
+        registry: Registry,
+        handle: Handle,
+        *,
+        tie_break: TieBreak | None = None,
+        seed: int = 0,
+    ) -> None:
+        self.profile = profile
+        self.handle = handle
+        self.scheduler_name = profile.scheduler_name
+        self.timings = Timings()
+        self.waiting = WaitingPods()
+        self._rng = np.random.default_rng(seed)
+        self.tie_break: TieBreak = tie_break or self._random_tie_break
+        self.plugins: dict[str, Any] = {}
+        for name in profile.names():
+            try:
+                spec = registry.get(name)
+            except KeyError as exc:
+                raise ConfigError(f"profiles[{profile.scheduler_name}].plugins", str(exc.args[0])) from None
+            args = profile.plugin_args.get(name)
+            if args is None and spec.args_type is not None:
+                args = spec.args_type()
+            self.plugins[name] = spec.cls(args, handle)
+
+        def at(point: Point) -> list[Any]:
+            out = []
+            for ref in profile.enabled(point):
+                plugin = self.plugins[ref.name]
+                if not isinstance(plugin, _PROTOCOLS[point]):
+                    raise ConfigError(
+                        f"profiles[{profile.scheduler_name}].plugins.{point.value}",
+                        f"plugin {ref.name} does not implement {point.value}",
+                    )
+                out.append(plugin)
+            return out
+
+        qs = at(Point.QUEUE_SORT)
+        if len(qs) != 1:
+            raise ConfigError(
+                f"profiles[{profile.scheduler_name}].plugins.queueSort",
+                f"exactly one QueueSort plugin must be enabled, got {len(qs)}",
+            )
+        self.queue_sort: QueueSortPlugin = qs[0]
+        self.pre_filter: list[PreFilterPlugin] = at(Point.PRE_FILTER)
+        self.filter: list[FilterPlugin] = at(Point.FILTER)
+        self.post_filter: list[PostFilterPlugin] = at(Point.POST_FILTER)
+        self.pre_score: list[PreScorePlugin] = at(Point.PRE_SCORE)
+        self.score: list[tuple[ScorePlugin, float]] = []
+        for ref in profile.enabled(Point.SCORE):
+            if ref.weight is None or not ref.weight > 0:
+                raise ConfigError(
+                    f"profiles[{profile.scheduler_name}].plugins.score.enabled[{ref.name}].weight",
+                    f"every Score plugin needs a positive weight, got {ref.weight!r}",
+                )
+        self.score = list(zip(at(Point.SCORE), [float(r.weight or 0) for r in profile.enabled(Point.SCORE)], strict=True))
+        self.reserve: list[ReservePlugin] = at(Point.RESERVE)
+        self.permit: list[PermitPlugin] = at(Point.PERMIT)
+        self.pre_bind: list[PreBindPlugin] = at(Point.PRE_BIND)
+        self.bind: list[BindPlugin] = at(Point.BIND)
+        if not self.bind:
+            raise ConfigError(
+                f"profiles[{profile.scheduler_name}].plugins.bind",
+                "at least one Bind plugin must be enabled",
+            )
+        self.post_bind: list[PostBindPlugin] = at(Point.POST_BIND)
+        self.max_total_score = sum(w for _, w in self.score) * MAX_NODE_SCORE
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _random_tie_break(self, ties: Rows) -> int:
+        # kube-scheduler's selectHost picks uniformly among the best (reservoir sampling).
+        if len(ties) == 1:
+            return int(ties[0])
+        return int(ties[self._rng.integers(len(ties))])
+
+    def less(self, a: PodInfo, b: PodInfo) -> bool:
+        return self.queue_sort.less(a, b)
+
+    # -- scheduling cycle ------------------------------------------------------------------
+
+    def run_pre_filter(self, state: CycleState, pod: PodInfo) -> tuple[Rows | None, Status]:
+        if pod.errors:
+            # A malformed pod can never fit: say exactly what is wrong and keep it pending.
+            return None, Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, pod.errors, INVALID_POD)
+        rows: Rows | None = None
+        clock = time.perf_counter_ns
+        for p in self.pre_filter:
+            t0 = clock()
+            try:
+                res, st = p.pre_filter(state, pod)
+            except Exception as exc:  # a plugin bug must not take the scheduler down
+                return None, Status(Code.ERROR, (f"{p.name} PreFilter raised {exc!r}",), p.name, exc)
+            self.timings.add("PreFilter", p.name, clock() - t0)
+            if st.is_skip():
+                state.skip_filter.add(p.name)
+                continue
+            if not st.is_success():
+                return None, st.with_plugin(p.name)
+            if res is not None and res.rows is not None:
+                rows = res.rows if rows is None else np.intersect1d(rows, res.rows)
+        return rows, Status()
+
+    def candidates(self, rows: Rows | None) -> Mask:
+        snap = self.handle.snapshot
+        mask = snap.node_valid.copy()
+        if rows is not None:
+            narrowed = np.zeros_like(mask)
+            narrowed[rows] = True
+            mask &= narrowed
+        return mask
+
+    def run_filter(self, state: CycleState, pod: PodInfo, mask: Mask) -> tuple[Mask, Diagnosis]:
+        """Run every Filter over the candidate mask; a row's reason is the first filter
+        that rejects it, as kube-scheduler stops at the first failing filter per node."""
+        diag = Diagnosis(total_nodes=self.handle.snapshot.size, reasons={})
+        assert diag.reasons is not None
+        clock = time.perf_counter_ns
+        for p in self.filter:
+            if p.name in state.skip_filter:
+                continue
+            t0 = clock()
+            res = p.filter(state, pod, mask)
+            self.timings.add("Filter", p.name, clock() - t0)
+            rejected = mask & ~res.feasible
+            if res.reasons and rejected.any():
+                if res.codes is None:
+                    diag.reasons[res.reasons[0]] = diag.reasons.get(res.reasons[0], 0) + int(
+                        np.count_nonzero(rejected)
+                    )
+                else:
+                    counts = np.bincount(res.codes[rejected], minlength=len(res.reasons))
+                    for i, reason in enumerate(res.reasons):
+                        if counts[i]:
+                            diag.reasons[reason] = diag.reasons.get(reason, 0) + int(counts[i])
+                if res.unresolvable:
+                    if diag.unresolvable_rows is None:
+                        diag.unresolvable_rows = rejected
+                    else:
+                        diag.unresolvable_rows |= rejected
+            mask = mask & res.feasible
+        return mask, diag
+
+    def run_post_filter(self, state: CycleState, pod: PodInfo, diag: Diagnosis) -> tuple[str | None, Status]:
+        last = Status(Code.UNSCHEDULABLE, (diag.message(),))
+        for p in self.post_filter:
+            t0 = time.perf_counter_ns()
+            node, st = p.post_filter(state, pod, diag)
+            self.timings.add("PostFilter", p.name, time.perf_counter_ns() - t0)
+            if st.is_success():
+                return node, st.with_plugin(p.name)
+            if st.code is Code.ERROR:
+                return None, st.with_plugin(p.name)
+            last = st.with_plugin(p.name)
+        return None, last
+
+    def run_pre_score(self, state: CycleState, pod: PodInfo, rows: Rows) -> Status:
+        for p in self.pre_score:
+            t0 = time.perf_counter_ns()
+            st = p.pre_score(state, pod, rows)
+            self.timings.add("PreScore", p.name, time.perf_counter_ns() - t0)
+            if st.is_skip():
+                state.skip_score.add(p.name)
+            elif not st.is_success():
+                return st.with_plugin(p.name)
+        return Status()
+
+    def run_score(
+        self, state: CycleState, pod: PodInfo, rows: Rows, *, keep: bool = False
+    ) -> tuple[ScoreResult | None, Status]:
+        total = np.zeros(len(rows), np.float64)
+        result = ScoreResult(rows, total)
+        clock = time.perf_counter_ns
+        for p, weight in self.score:
+            if p.name in state.skip_score:
+                continue
+            t0 = clock()
+            raw = p.score(state, pod, rows)
+            norm = raw
+            if isinstance(p, NormalizeScorePlugin):
+                norm = raw.copy()
+                p.normalize(state, pod, norm)
+            self.timings.add("Score", p.name, clock() - t0)
+            if len(norm) != len(rows):
+                return None, Status(
+                    Code.ERROR, (f"{p.name} returned {len(norm)} scores for {len(rows)} nodes",), p.name
+                )
+            if len(norm) and (norm.min() < MIN_NODE_SCORE or norm.max() > MAX_NODE_SCORE):
+                return None, Status(
+                    Code.ERROR,
+                    (
+                        f"{p.name} scored outside [0, 100]: min {norm.min():.3g}, max {norm.max():.3g}",
+                    ),
+                    p.name,
+                )
+            total += weight * norm
+            if keep:
+                result.by_plugin[p.name] = PluginScores(raw, norm, weight)
+        return result, Status()
+
+    def select(self, scores: ScoreResult) -> int:
+        """The row with the highest total score; ties broken by the tie-break policy."""
+        best = scores.total.max()
+        # Float weights make equal integer scores differ in the last bits; compare with a
+        # tolerance far below one score point.
+        ties = scores.rows[scores.total >= best - 1e-9 * max(1.0, abs(best))]
+        return self.tie_break(ties)
+
+    # -- reserve / permit ------------------------------------------------------------------
+
+    def run_reserve(self, state: CycleState, pod: PodInfo, node: str) -> Status:
+        for i, p in enumerate(self.reserve):
+            t0 = time.perf_counter_ns()
+            st = p.reserve(state, pod, node)
+            self.timings.add("Reserve", p.name, time.perf_counter_ns() - t0)
+            if not st.is_success():
+                self._unreserve(self.reserve[: i + 1], state, pod, node)
+                return st.with_plugin(p.name)
+        return Status()
+
+    def run_unreserve(self, state: CycleState, pod: PodInfo, node: str) -> None:
+        self._unreserve(self.reserve, state, pod, node)
+
+    @staticmethod
+    def _unreserve(plugins: Sequence[ReservePlugin], state: CycleState, pod: PodInfo, node: str) -> None:
+        # Reverse order, as kube-scheduler does, so later reservations are undone first.
+        for p in reversed(plugins):
+            p.unreserve(state, pod, node)
+
+    def run_permit(self, state: CycleState, pod: PodInfo, node: str) -> Status:
+        timeouts: dict[str, float] = {}
+        for p in self.permit:
+            t0 = time.perf_counter_ns()
+            st, timeout = p.permit(state, pod, node)
+            self.timings.add("Permit", p.name, time.perf_counter_ns() - t0)
+            if st.is_wait():
+                timeouts[p.name] = timeout
+            elif not st.is_success():
+                return st.with_plugin(p.name)
+        if timeouts:
+            self.waiting.add(WaitingPod(pod, node, timeouts, self.handle.now()))
+            return Status(Code.WAIT, (), next(iter(timeouts)))
+        return Status()
+
+    async def wait_on_permit(self, pod: PodInfo) -> Status:
+        wp = self.waiting.get(pod.uid)
+        if wp is None:
+            return Status()
+        try:
+            return await wp.wait(self.handle.now())
+        finally:
+            self.waiting.remove(pod.uid)
+
+    # -- binding cycle ---------------------------------------------------------------------
+
+    async def run_pre_bind(self, state: CycleState, pod: PodInfo, node: str) -> Status:
+        for p in self.pre_bind:
+            t0 = time.perf_counter_ns()
+            st = await p.pre_bind(state, pod, node)
+            self.timings.add("PreBind", p.name, time.perf_counter_ns() - t0)
+            if not st.is_success():
+                return st.with_plugin(p.name)
+        return Status()
+
+    async def run_bind(self, state: CycleState, pod: PodInfo, node: str) -> Status:
+        for p in self.bind:
+            t0 = time.perf_counter_ns()
+            st = await p.bind(state, pod, node)
+            self.timings.add("Bind", p.name, time.perf_counter_ns() - t0)
+            if st.is_skip():
+                continue
+            return st.with_plugin(p.name)
+        return Status(Code.ERROR, ("no Bind plugin bound the pod",))
+
+    async def run_post_bind(self, state: CycleState, pod: PodInfo, node: str) -> None:
+        for p in self.post_bind:
+            await p.post_bind(state, pod, node)

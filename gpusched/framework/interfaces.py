@@ -1,0 +1,200 @@
+"""One small Protocol per extension point of the scheduling framework.
+
+The shape follows kube-scheduler's pkg/scheduler/framework/interface.go with one deliberate
+difference: Filter and Score work on the whole cluster at once. A Filter receives the
+candidate rows as a boolean mask over the snapshot and returns the rows that pass; a Score
+returns one number per feasible row. That lets a plugin run one numba kernel over the
+snapshot's columns instead of being called once per node from Python.
+
+Everything up to Permit is synchronous (the scheduling cycle never awaits); PreBind, Bind
+and PostBind are coroutines that run in the binding cycle.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar, Protocol, runtime_checkable
+
+import numpy as np
+from numpy.typing import NDArray
+
+from gpusched.framework.cycle_state import CycleState, StateKey
+from gpusched.framework.status import Status
+from gpusched.model.pod import PodInfo
+
+if TYPE_CHECKING:
+    from gpusched.core.cache.snapshot import Snapshot
+
+MAX_NODE_SCORE = 100.0
+MIN_NODE_SCORE = 0.0
+
+Mask = NDArray[np.bool_]
+Rows = NDArray[np.intp]
+Scores = NDArray[np.float64]
+
+
+@dataclass(slots=True)
+class FilterResult:
+    """Which candidate rows pass, and why the others do not.
+
+    `reasons[codes[row]]` explains a rejected row; without `codes` every rejected row gets
+    `reasons[0]`. `unresolvable` rows cannot be fixed by preempting pods (a taint, a missing
+    GPU model), the others maybe can (not enough free cards).
+    """
+
+    feasible: Mask
+    reasons: tuple[str, ...] = ()
+    codes: NDArray[np.int8] | None = None
+    unresolvable: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class PreFilterResult:
+    """Rows the pod may go to at all (None = every row); PreFilter narrowing."""
+
+    rows: Rows | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Allocation:
+    """The cards a pod gets on its node, chosen at Reserve."""
+
+    node: str
+    row: int
+    cards: tuple[int, ...] = ()
+    milli: tuple[int, ...] = ()  # held per card
+    mem_mib: tuple[int, ...] = ()  # held per card
+
+
+ALLOCATION: StateKey[Allocation] = StateKey("gpusched/allocation")
+"""Written by the GPU Reserve plugin: the cards the pod gets; the runtime assumes it."""
+
+
+class ClusterPort(Protocol):
+    """The writes a scheduler makes to the cluster: the API server in the daemon, the
+    in-memory cluster in the simulator. Errors come back as a Status, never raised."""
+
+    async def annotate(self, pod: PodInfo, annotations: Mapping[str, str]) -> Status: ...
+
+    async def bind(self, pod: PodInfo, node: str) -> Status: ...
+
+
+class Handle(Protocol):
+    """What the runtime offers plugins: the snapshot and views of the cluster."""
+
+    @property
+    def cluster(self) -> ClusterPort: ...
+
+    @property
+    def snapshot(self) -> Snapshot: ...
+
+    def now(self) -> float:
+        """Seconds on the scheduler's clock (virtual in the simulator)."""
+        ...
+
+    def pods_on_node(self, node: str) -> Iterable[PodInfo]: ...
+
+    def job_rows(self, job_id: str) -> Rows:
+        """Snapshot rows holding pods (bound or assumed) of a training job."""
+        ...
+
+
+class Plugin(Protocol):
+    name: ClassVar[str]
+
+
+@runtime_checkable
+class QueueSortPlugin(Plugin, Protocol):
+    def less(self, a: PodInfo, b: PodInfo) -> bool: ...
+
+
+@runtime_checkable
+class PreFilterPlugin(Plugin, Protocol):
+    def pre_filter(
+        self, state: CycleState, pod: PodInfo
+    ) -> tuple[PreFilterResult | None, Status]: ...
+
+
+@runtime_checkable
+class FilterPlugin(Plugin, Protocol):
+    def filter(self, state: CycleState, pod: PodInfo, candidates: Mask) -> FilterResult: ...
+
+
+@runtime_checkable
+class PostFilterPlugin(Plugin, Protocol):
+    def post_filter(
+        self, state: CycleState, pod: PodInfo, diagnosis: Diagnosis
+    ) -> tuple[str | None, Status]:
+        """Try to make the pod schedulable (preemption); returns a nominated node."""
+        ...
+
+
+@runtime_checkable
+class PreScorePlugin(Plugin, Protocol):
+    def pre_score(self, state: CycleState, pod: PodInfo, rows: Rows) -> Status: ...
+
+
+@runtime_checkable
+class ScorePlugin(Plugin, Protocol):
+    def score(self, state: CycleState, pod: PodInfo, rows: Rows) -> Scores:
+        """Raw scores for `rows`; in [0, 100] unless the plugin also normalises."""
+        ...
+
+
+@runtime_checkable
+class NormalizeScorePlugin(Plugin, Protocol):
+    def normalize(self, state: CycleState, pod: PodInfo, scores: Scores) -> None:
+        """Map raw scores to [0, 100] in place (kube-scheduler's ScoreExtensions)."""
+        ...
+
+
+@runtime_checkable
+class ReservePlugin(Plugin, Protocol):
+    def reserve(self, state: CycleState, pod: PodInfo, node: str) -> Status: ...
+
+    def unreserve(self, state: CycleState, pod: PodInfo, node: str) -> None: ...
+
+
+@runtime_checkable
+class PermitPlugin(Plugin, Protocol):
+    def permit(self, state: CycleState, pod: PodInfo, node: str) -> tuple[Status, float]:
+        """Success, Unschedulable, or Wait with a timeout in seconds."""
+        ...
+
+
+@runtime_checkable
+class PreBindPlugin(Plugin, Protocol):
+    async def pre_bind(self, state: CycleState, pod: PodInfo, node: str) -> Status: ...
+
+
+@runtime_checkable
+class BindPlugin(Plugin, Protocol):
+    async def bind(self, state: CycleState, pod: PodInfo, node: str) -> Status:
+        """Skip hands the pod to the next Bind plugin."""
+        ...
+
+
+@runtime_checkable
+class PostBindPlugin(Plugin, Protocol):
+    async def post_bind(self, state: CycleState, pod: PodInfo, node: str) -> None: ...
+
+
+@dataclass(slots=True)
+class Diagnosis:
+    """Why a pod found no node: rejected rows counted by reason, as in
+    "0/N nodes are available: 3 Insufficient nvidia.com/gpu, 2 node(s) had untolerated taint"."""
+
+    total_nodes: int = 0
+    reasons: dict[str, int] | None = None
+    unresolvable_rows: Mask | None = None
+    pre_filter_status: Status | None = None
+
+    def message(self) -> str:
+        if self.pre_filter_status is not None and not self.pre_filter_status.is_success():
+            return f"0/{self.total_nodes} nodes are available: {self.pre_filter_status.message()}."
+        parts = sorted((self.reasons or {}).items(), key=lambda kv: (-kv[1], kv[0]))
+        body = ", ".join(f"{n} {r}" for r, n in parts)
+        return f"0/{self.total_nodes} nodes are available: {body}." if body else (
+            f"0/{self.total_nodes} nodes are available."
+        )

@@ -1,0 +1,216 @@
+"""The scheduler's view of a node: allocatable resources, placement labels and its cards.
+
+Parsed once per node event from the Kubernetes object (a dict, as decoded from the watch);
+the hot path reads the snapshot's columns, never these objects.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from gpusched.model import keys
+from gpusched.model.quantity import QuantityError, to_int, to_milli
+
+FULL_CARD_MILLI = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class Card:
+    index: int
+    model: str
+    memory_mib: int
+    nvlink_island: int = -1  # -1: the node did not say which cards share an NVLink island
+    numa: int = -1
+    healthy: bool = True
+    uuid: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Taint:
+    key: str
+    value: str
+    effect: str
+
+
+@dataclass(frozen=True, slots=True)
+class NodeModel:
+    name: str
+    cpu_milli: int
+    memory_bytes: int
+    pods: int
+    cards: tuple[Card, ...] = ()
+    labels: Mapping[str, str] = field(default_factory=dict)
+    taints: tuple[Taint, ...] = ()
+    unschedulable: bool = False
+    rack: str = ""
+    spine: str = ""
+    # Where the card list came from: "inventory" (gpusched agent), "gfd" (labels and
+    # allocatable, cards assumed identical), or "none" (a CPU node).
+    gpu_source: str = "none"
+    # Problems found while parsing, e.g. a malformed inventory annotation; the node is still
+    # used (with the fallback) and the daemon reports each warning once as an Event.
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def gpu_count(self) -> int:
+        return len(self.cards)
+
+
+@dataclass(frozen=True, slots=True)
+class TopologyKeys:
+    """Label keys for network tiers: configurable so Kueue/Volcano/Topograph labels work."""
+
+    rack: str = keys.RACK_LABEL
+    spine: str = keys.SPINE_LABEL
+
+
+def _quantity(res: Mapping[str, Any], name: str, parse: Any, default: int) -> tuple[int, str]:
+    raw = res.get(name)
+    if raw is None:
+        return default, ""
+    try:
+        return int(parse(raw)), ""
+    except QuantityError as exc:
+        return default, f"status.allocatable[{name!r}]: {exc}"
+
+
+def _parse_inventory(raw: str) -> tuple[tuple[Card, ...], str]:
+    """Cards from the gpusched.io/gpu-inventory JSON; ("", error) names what is wrong."""
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        return (), f"annotation {keys.GPU_INVENTORY} is not valid JSON ({exc})"
+    if not isinstance(data, list):
+        return (), f"annotation {keys.GPU_INVENTORY} must be a JSON list, got {type(data).__name__}"
+    cards: list[Card] = []
+    seen: set[int] = set()
+    for pos, item in enumerate(data):
+        where = f"annotation {keys.GPU_INVENTORY}[{pos}]"
+        if not isinstance(item, dict):
+            return (), f"{where} must be an object"
+        index = item.get("index", pos)
+        memory = item.get("memoryMiB")
+        if not isinstance(index, int) or isinstance(index, bool) or index < 0:
+            return (), f"{where}.index={index!r} must be a non-negative integer"
+        if index in seen:
+            return (), f"{where}.index={index} appears twice"
+        seen.add(index)
+        if not isinstance(memory, int) or isinstance(memory, bool) or memory < 0:
+            return (), f"{where}.memoryMiB={memory!r} must be a non-negative integer"
+        island = item.get("nvlinkIsland", -1)
+        numa = item.get("numa", -1)
+        healthy = item.get("healthy", True)
+        if not isinstance(island, int) or isinstance(island, bool) or not -1 <= island < 127:
+            return (), f"{where}.nvlinkIsland={island!r} must be an integer in [-1, 126]"
+        if not isinstance(numa, int) or isinstance(numa, bool):
+            return (), f"{where}.numa={numa!r} must be an integer"
+        if not isinstance(healthy, bool):
+            return (), f"{where}.healthy={healthy!r} must be true or false"
+        model = item.get("model", "")
+        if not isinstance(model, str):
+            return (), f"{where}.model={model!r} must be a string"
+        cards.append(
+            Card(
+                index=index,
+                model=model,
+                memory_mib=memory,
+                nvlink_island=island,
+                numa=numa,
+                healthy=healthy,
+                uuid=str(item.get("uuid", "")),
+            )
+        )
+    cards.sort(key=lambda c: c.index)
+    if [c.index for c in cards] != list(range(len(cards))):
+        return (), f"annotation {keys.GPU_INVENTORY}: card indices must be 0..{len(cards) - 1}"
+    return tuple(cards), ""
+
+
+def _gfd_cards(labels: Mapping[str, str], gpus: int) -> tuple[tuple[Card, ...], list[str]]:
+    warnings: list[str] = []
+    model = labels.get(keys.GFD_PRODUCT, "")
+    mem_raw = labels.get(keys.GFD_MEMORY, "0")
+    try:
+        memory = int(mem_raw)
+    except ValueError:
+        warnings.append(f"label {keys.GFD_MEMORY}={mem_raw!r} is not an integer MiB; using 0")
+        memory = 0
+    if memory == 0:
+        warnings.append("GPU memory unknown: pods asking for GPU memory will not fit here")
+    return tuple(Card(index=i, model=model, memory_mib=memory) for i in range(gpus)), warnings
+
+
+def node_from_k8s(obj: Mapping[str, Any], topo: TopologyKeys | None = None) -> NodeModel:
+    """Parse a Kubernetes Node. Never raises on bad data: the node is kept with a fallback
+    and the problems are listed in `warnings` (an unusable node would lose capacity)."""
+    topo = topo or TopologyKeys()
+    meta = obj.get("metadata") or {}
+    spec = obj.get("spec") or {}
+    status = obj.get("status") or {}
+    labels: dict[str, str] = dict(meta.get("labels") or {})
+    annotations: Mapping[str, str] = meta.get("annotations") or {}
+    alloc: Mapping[str, Any] = status.get("allocatable") or status.get("capacity") or {}
+    warnings: list[str] = []
+
+    cpu, w1 = _quantity(alloc, "cpu", to_milli, 0)
+    mem, w2 = _quantity(alloc, "memory", to_int, 0)
+    pods, w3 = _quantity(alloc, "pods", to_int, 110)
+    gpus, w4 = _quantity(alloc, keys.GPU_RESOURCE, to_int, -1)
+    warnings += [w for w in (w1, w2, w3, w4) if w]
+
+    cards: tuple[Card, ...] = ()
+    source = "none"
+    raw_inv = annotations.get(keys.GPU_INVENTORY)
+    if raw_inv is not None:
+        cards, err = _parse_inventory(raw_inv)
+        if err:
+            warnings.append(err + "; falling back to GPU Feature Discovery labels")
+        else:
+            source = "inventory"
+    if source == "none":
+        count = gpus
+        if count < 0:
+            try:
+                count = int(labels.get(keys.GFD_COUNT, "0"))
+            except ValueError:
+                warnings.append(f"label {keys.GFD_COUNT}={labels.get(keys.GFD_COUNT)!r} is not an integer")
+                count = 0
+        if count > 0:
+            cards, gfd_warnings = _gfd_cards(labels, count)
+            warnings += gfd_warnings
+            source = "gfd"
+    if source == "inventory" and gpus >= 0 and gpus < len(cards):
+        # The device plugin advertises fewer cards than the inventory lists: the kubelet
+        # admits only `gpus`, so the extra cards must not be offered.
+        warnings.append(
+            f"inventory lists {len(cards)} cards but allocatable {keys.GPU_RESOURCE} is {gpus}; "
+            f"cards {gpus}..{len(cards) - 1} treated as unavailable"
+        )
+        cards = tuple(
+            c if c.index < gpus else Card(c.index, c.model, c.memory_mib, c.nvlink_island, c.numa, False, c.uuid)
+            for c in cards
+        )
+
+    taints = tuple(
+        Taint(str(t.get("key", "")), str(t.get("value", "")), str(t.get("effect", "")))
+        for t in (spec.get("taints") or [])
+        if isinstance(t, dict)
+    )
+    return NodeModel(
+        name=str(meta.get("name", "")),
+        cpu_milli=cpu,
+        memory_bytes=mem,
+        pods=pods,
+        cards=cards,
+        labels=labels,
+        taints=taints,
+        unschedulable=bool(spec.get("unschedulable", False)),
+        rack=labels.get(topo.rack, ""),
+        spine=labels.get(topo.spine, ""),
+        gpu_source=source,
+        warnings=tuple(warnings),
+    )

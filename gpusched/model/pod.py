@@ -1,0 +1,313 @@
+"""Pod requests as the scheduler sees them, parsed from a Kubernetes pod dict.
+
+CPU and memory follow Kubernetes' own arithmetic (component-helpers/resource.PodRequests):
+regular containers are summed, sidecar (restartable) init containers add to that sum, each
+ordinary init container runs alone next to the sidecars started before it, the pod needs the
+maximum of the two, plus spec.overhead. Pod-level resources (spec.resources), when given,
+replace the container sum for the resources they name.
+
+Malformed gpusched annotations never raise: they are collected in `PodInfo.errors`, each
+naming the annotation and the value, and the framework turns them into an
+UnschedulableAndUnresolvable status (the pod stays pending with an Event that says why).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from gpusched.model import keys
+from gpusched.model.node import FULL_CARD_MILLI
+from gpusched.model.quantity import QuantityError, to_int, to_milli
+
+
+class NVLink(enum.IntEnum):
+    NONE = 0
+    PREFERRED = 1
+    REQUIRED = 2
+
+
+class GpuKind(enum.Enum):
+    NONE = "cpu"
+    WHOLE = "whole"
+    SHARED = "shared"
+
+
+@dataclass(frozen=True, slots=True)
+class PodRequest:
+    cpu_milli: int = 0
+    memory_bytes: int = 0
+    gpu_cards: int = 0  # whole cards (nvidia.com/gpu)
+    gpu_milli: int = 0  # share of one card for shared pods, 1..1000
+    gpu_mem_mib: int = 0  # memory of one card for shared pods, 0 = proportional to the share
+    gpu_models: tuple[str, ...] = ()  # any of; empty = any model
+    nvlink: NVLink = NVLink.NONE
+
+    @property
+    def kind(self) -> GpuKind:
+        if self.gpu_cards > 0:
+            return GpuKind.WHOLE
+        if self.gpu_milli > 0 or self.gpu_mem_mib > 0:
+            return GpuKind.SHARED
+        return GpuKind.NONE
+
+    @property
+    def gpu_milli_total(self) -> int:
+        """GPU demand in milli-GPU (the FGD paper's unit)."""
+        return self.gpu_cards * FULL_CARD_MILLI if self.gpu_cards else self.gpu_milli
+
+
+@dataclass(frozen=True, slots=True)
+class Gang:
+    name: str  # namespaced key "ns/name"
+    min_member: int  # 0: taken from the PodGroup object
+
+
+@dataclass(frozen=True, slots=True)
+class PodInfo:
+    uid: str
+    namespace: str
+    name: str
+    request: PodRequest
+    scheduler_name: str = "default-scheduler"
+    node_name: str = ""
+    priority: int = 0
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    affinity: Mapping[str, Any] = field(default_factory=dict)
+    tolerations: tuple[Mapping[str, Any], ...] = ()
+    created: float = 0.0  # unix seconds, for QueueSort ties
+    gang: Gang | None = None
+    job_id: str = ""  # network locality groups a job's pods
+    tenant: str = ""
+    preemptible: bool = True
+    gpu_ids: tuple[int, ...] = ()  # cards of a bound pod, from gpusched.io/gpu-ids
+    phase: str = "Pending"
+    deleting: bool = False
+    errors: tuple[str, ...] = ()
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def terminal(self) -> bool:
+        return self.phase in ("Succeeded", "Failed")
+
+
+def _resource_list(obj: Any) -> Mapping[str, Any]:
+    return obj if isinstance(obj, dict) else {}
+
+
+def _container_requests(c: Mapping[str, Any], errors: list[str], where: str) -> dict[str, int]:
+    res = _resource_list(c.get("resources"))
+    requests = dict(_resource_list(res.get("limits")))
+    # Kubernetes defaults a missing request to the limit; explicit requests win.
+    requests.update(_resource_list(res.get("requests")))
+    out: dict[str, int] = {}
+    for name, raw in requests.items():
+        try:
+            out[name] = to_milli(raw) if name == "cpu" else to_int(raw)
+        except QuantityError as exc:
+            errors.append(f"{where}.resources[{name!r}]: {exc}")
+    return out
+
+
+def _add(a: dict[str, int], b: Mapping[str, int]) -> None:
+    for k, v in b.items():
+        a[k] = a.get(k, 0) + v
+
+
+def _max(a: dict[str, int], b: Mapping[str, int]) -> None:
+    for k, v in b.items():
+        if v > a.get(k, 0):
+            a[k] = v
+
+
+def pod_resource_requests(spec: Mapping[str, Any], errors: list[str]) -> dict[str, int]:
+    """Total requests by resource name (cpu in milli, others in base units)."""
+    total: dict[str, int] = {}
+    for i, c in enumerate(spec.get("containers") or []):
+        _add(total, _container_requests(c, errors, f"spec.containers[{i}]"))
+    sidecars: dict[str, int] = {}
+    init_max: dict[str, int] = {}
+    for i, c in enumerate(spec.get("initContainers") or []):
+        req = _container_requests(c, errors, f"spec.initContainers[{i}]")
+        if c.get("restartPolicy") == "Always":
+            _add(total, req)
+            _add(sidecars, req)
+            step = dict(sidecars)
+        else:
+            step = dict(req)
+            _add(step, sidecars)
+        _max(init_max, step)
+    _max(total, init_max)
+    pod_level = _resource_list(_resource_list(spec.get("resources")).get("requests"))
+    for name in ("cpu", "memory"):
+        if name in pod_level:
+            try:
+                total[name] = to_milli(pod_level[name]) if name == "cpu" else to_int(pod_level[name])
+            except QuantityError as exc:
+                errors.append(f"spec.resources.requests[{name!r}]: {exc}")
+    overhead = _resource_list(spec.get("overhead"))
+    for name, raw in overhead.items():
+        try:
+            _add(total, {name: to_milli(raw) if name == "cpu" else to_int(raw)})
+        except QuantityError as exc:
+            errors.append(f"spec.overhead[{name!r}]: {exc}")
+    return total
+
+
+def _int_annotation(
+    ann: Mapping[str, str], key: str, lo: int, hi: int | None, errors: list[str]
+) -> int:
+    raw = ann.get(key)
+    if raw is None:
+        return 0
+    text = str(raw).strip()
+    try:
+        value = int(text)
+    except ValueError:
+        errors.append(f"annotation {key}={raw!r} is not an integer")
+        return 0
+    if value < lo or (hi is not None and value > hi):
+        bound = f"{lo}-{hi}" if hi is not None else f">= {lo}"
+        errors.append(f"annotation {key}={raw!r} is out of range ({bound})")
+        return 0
+    return value
+
+
+def _parse_time(raw: Any) -> float:
+    if not isinstance(raw, str) or not raw:
+        return 0.0
+    try:
+        return datetime.fromisoformat(raw.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return 0.0
+
+
+def parse_gpu_ids(raw: str) -> tuple[int, ...]:
+    """'0,1,3' -> (0, 1, 3); raises ValueError naming the bad part."""
+    ids: list[int] = []
+    for part in raw.split(","):
+        part = part.strip()
+        if not part.isdigit():
+            raise ValueError(f"{part!r} is not a card index")
+        ids.append(int(part))
+    if len(set(ids)) != len(ids):
+        raise ValueError("a card index appears twice")
+    return tuple(ids)
+
+
+def pod_from_k8s(obj: Mapping[str, Any]) -> PodInfo:
+    meta = obj.get("metadata") or {}
+    spec = obj.get("spec") or {}
+    status = obj.get("status") or {}
+    labels: Mapping[str, str] = meta.get("labels") or {}
+    ann: Mapping[str, str] = meta.get("annotations") or {}
+    namespace = str(meta.get("namespace", "default"))
+    errors: list[str] = []
+
+    totals = pod_resource_requests(spec, errors)
+    cards = totals.get(keys.GPU_RESOURCE, 0)
+    milli = _int_annotation(ann, keys.GPU_MILLI, 1, FULL_CARD_MILLI, errors)
+    gmem = _int_annotation(ann, keys.GPU_MEMORY_MIB, 1, None, errors)
+    if cards and (milli or gmem):
+        errors.append(
+            f"annotation {keys.GPU_MILLI if milli else keys.GPU_MEMORY_MIB} asks for a share of one"
+            f" card but the pod also requests {cards} whole {keys.GPU_RESOURCE}; use one or the other"
+        )
+        milli = gmem = 0
+
+    models: tuple[str, ...] = ()
+    raw_model = ann.get(keys.GPU_MODEL)
+    if raw_model is not None:
+        parts = tuple(p.strip() for p in str(raw_model).split("|"))
+        if not parts or any(not p for p in parts):
+            errors.append(f"annotation {keys.GPU_MODEL}={raw_model!r} must be models separated by '|'")
+        else:
+            models = parts
+
+    nvlink = NVLink.NONE
+    raw_nv = ann.get(keys.NVLINK)
+    if raw_nv is not None:
+        try:
+            nvlink = {"required": NVLink.REQUIRED, "preferred": NVLink.PREFERRED, "none": NVLink.NONE}[
+                str(raw_nv).strip().lower()
+            ]
+        except KeyError:
+            errors.append(f"annotation {keys.NVLINK}={raw_nv!r} must be required, preferred or none")
+
+    gang: Gang | None = None
+    pg = labels.get(keys.POD_GROUP_LABEL)
+    gname = ann.get(keys.GANG_NAME)
+    if pg:
+        gang = Gang(f"{namespace}/{pg}", 0)
+    elif gname is not None:
+        total = _int_annotation(ann, keys.GANG_TOTAL, 1, None, errors)
+        if not str(gname).strip():
+            errors.append(f"annotation {keys.GANG_NAME}={gname!r} must not be empty")
+        elif keys.GANG_TOTAL not in ann:
+            errors.append(f"annotation {keys.GANG_NAME} needs {keys.GANG_TOTAL} (the gang size)")
+        elif total:
+            gang = Gang(f"{namespace}/{str(gname).strip()}", total)
+    elif keys.GANG_TOTAL in ann:
+        errors.append(f"annotation {keys.GANG_TOTAL} without {keys.GANG_NAME}")
+
+    preemptible = True
+    raw_pre = ann.get(keys.PREEMPTIBLE)
+    if raw_pre is not None:
+        if str(raw_pre).lower() not in ("true", "false"):
+            errors.append(f"annotation {keys.PREEMPTIBLE}={raw_pre!r} must be true or false")
+        else:
+            preemptible = str(raw_pre).lower() == "true"
+    _int_annotation(ann, keys.CHECKPOINT_INTERVAL, 1, None, errors)
+    raw_ckpt = ann.get(keys.LAST_CHECKPOINT)
+    if raw_ckpt is not None and _parse_time(raw_ckpt) == 0.0:
+        errors.append(f"annotation {keys.LAST_CHECKPOINT}={raw_ckpt!r} is not an RFC 3339 time")
+
+    gpu_ids: tuple[int, ...] = ()
+    raw_ids = ann.get(keys.GPU_IDS)
+    if raw_ids is not None:
+        try:
+            gpu_ids = parse_gpu_ids(str(raw_ids))
+        except ValueError as exc:
+            errors.append(f"annotation {keys.GPU_IDS}={raw_ids!r}: {exc}")
+
+    priority = spec.get("priority")
+    tolerations: Sequence[Any] = spec.get("tolerations") or []
+    return PodInfo(
+        uid=str(meta.get("uid", "")),
+        namespace=namespace,
+        name=str(meta.get("name", "")),
+        request=PodRequest(
+            cpu_milli=totals.get("cpu", 0),
+            memory_bytes=totals.get("memory", 0),
+            gpu_cards=cards,
+            gpu_milli=milli,
+            gpu_mem_mib=gmem,
+            gpu_models=models,
+            nvlink=nvlink,
+        ),
+        scheduler_name=str(spec.get("schedulerName") or "default-scheduler"),
+        node_name=str(spec.get("nodeName") or ""),
+        priority=priority if isinstance(priority, int) else 0,
+        labels=labels,
+        annotations=ann,
+        node_selector=spec.get("nodeSelector") or {},
+        affinity=spec.get("affinity") or {},
+        tolerations=tuple(t for t in tolerations if isinstance(t, dict)),
+        created=_parse_time(meta.get("creationTimestamp")),
+        gang=gang,
+        job_id=str(labels.get(keys.JOB_ID_LABEL) or (gang.name if gang else "")),
+        tenant=str(labels.get(keys.TENANT_LABEL) or namespace),
+        preemptible=preemptible,
+        gpu_ids=gpu_ids,
+        phase=str(status.get("phase") or "Pending"),
+        deleting=meta.get("deletionTimestamp") is not None,
+        errors=tuple(errors),
+    )

@@ -1,0 +1,194 @@
+"""The framework runner: profile validation, normalisation and weights, Permit."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+
+from gpusched.config.profile import ConfigError, PluginRef, Point, Profile
+from gpusched.core.cache.snapshot import Snapshot
+from gpusched.core.runtime.framework import Framework
+from gpusched.core.runtime.registry import Registry
+from gpusched.framework import Code, CycleState
+from tests.unit.core.fakes import (
+    Binder,
+    EvenRows,
+    FakeHandle,
+    Gate,
+    OutOfRange,
+    ReverseRowScore,
+    RowScore,
+    Sort,
+    gpu_node,
+    make_pod,
+)
+
+
+def registry() -> Registry:
+    r = Registry()
+    for cls in (Sort, Binder, EvenRows, RowScore, ReverseRowScore, OutOfRange, Gate):
+        r.register(cls)
+    return r
+
+
+def profile(**points: tuple[PluginRef, ...]) -> Profile:
+    plugins = {Point.QUEUE_SORT: (PluginRef("Sort"),), Point.BIND: (PluginRef("Binder"),)}
+    for key, refs in points.items():
+        plugins[Point(key)] = refs
+    return Profile("test", plugins)
+
+
+def handle(nodes: int = 6) -> FakeHandle:
+    snap = Snapshot(8, capacity=8)
+    for i in range(nodes):
+        snap.upsert_node(gpu_node(f"n{i}"))
+    return FakeHandle(snap)
+
+
+def test_valid_profile_builds() -> None:
+    fw = Framework(profile(), registry(), handle())
+    assert fw.queue_sort.name == "Sort"
+
+
+def test_two_queue_sorts_refused() -> None:
+    p = Profile("test", {Point.QUEUE_SORT: (PluginRef("Sort"), PluginRef("Sort")),
+                         Point.BIND: (PluginRef("Binder"),)})
+    with pytest.raises(ConfigError, match=r"plugins\.queueSort: exactly one QueueSort plugin"):
+        Framework(p, registry(), handle())
+
+
+def test_no_bind_refused() -> None:
+    p = Profile("test", {Point.QUEUE_SORT: (PluginRef("Sort"),)})
+    with pytest.raises(ConfigError, match="at least one Bind plugin"):
+        Framework(p, registry(), handle())
+
+
+@pytest.mark.parametrize("weight", [None, 0.0, -1.0])
+def test_score_plugin_needs_positive_weight(weight: float | None) -> None:
+    p = profile(score=(PluginRef("RowScore", weight),))
+    with pytest.raises(ConfigError, match=r"score\.enabled\[RowScore\]\.weight"):
+        Framework(p, registry(), handle())
+
+
+def test_plugin_at_a_point_it_does_not_implement() -> None:
+    with pytest.raises(ConfigError, match="plugin EvenRows does not implement score"):
+        Framework(profile(score=(PluginRef("EvenRows", 1.0),)), registry(), handle())
+
+
+def test_unknown_plugin_lists_known_ones() -> None:
+    with pytest.raises(ConfigError, match=r"unknown plugin 'Nope' \(known: Binder, EvenRows"):
+        Framework(profile(filter=(PluginRef("Nope"),)), registry(), handle())
+
+
+def test_filter_reasons_counted_and_message_like_kube_scheduler() -> None:
+    h = handle(6)
+    fw = Framework(profile(filter=(PluginRef("EvenRows"),)), registry(), h)
+    pod = make_pod()
+    mask, diag = fw.run_filter(CycleState(), pod, fw.candidates(None))
+    assert list(np.flatnonzero(mask)) == [0, 2, 4]
+    assert diag.reasons == {"odd row": 3}
+    assert diag.message() == "0/6 nodes are available: 3 odd row."
+
+
+def test_normalisation_and_weights() -> None:
+    h = handle(5)
+    p = profile(score=(PluginRef("RowScore", 2.0), PluginRef("ReverseRowScore", 1.0)))
+    fw = Framework(p, registry(), h)
+    rows = np.arange(5, dtype=np.intp)
+    res, st = fw.run_score(CycleState(), make_pod(), rows, keep=True)
+    assert st.is_success() and res is not None
+    norm = res.by_plugin["RowScore"].normalized
+    assert norm.max() == 100.0 and norm.min() == 0.0
+    np.testing.assert_allclose(res.by_plugin["RowScore"].raw, rows * 50.0)
+    np.testing.assert_allclose(res.total, 2.0 * rows * 25.0 + (100.0 - rows))
+    assert fw.select(res) == 4
+
+
+def test_score_out_of_range_is_an_error_naming_the_plugin() -> None:
+    fw = Framework(profile(score=(PluginRef("OutOfRange", 1.0),)), registry(), handle())
+    res, st = fw.run_score(CycleState(), make_pod(), np.arange(3, dtype=np.intp))
+    assert res is None
+    assert st.code is Code.ERROR and st.plugin == "OutOfRange"
+    assert "outside [0, 100]" in st.message()
+
+
+def test_ties_are_broken_among_the_best_only() -> None:
+    fw = Framework(profile(score=(PluginRef("ReverseRowScore", 1.0),)), registry(), handle(6), seed=3)
+    h = fw.handle
+    res, _ = fw.run_score(CycleState(), make_pod(), np.arange(6, dtype=np.intp))
+    assert res is not None
+    res.total[:] = [1, 5, 5, 2, 5, 0]
+    picks = {fw.select(res) for _ in range(200)}
+    assert picks == {1, 2, 4}
+    assert h.snapshot.size == 6
+
+
+def test_permit_wait_then_allow() -> None:
+    h = handle()
+    fw = Framework(profile(permit=(PluginRef("Gate"),)), registry(), h)
+    pod = make_pod()
+    st = fw.run_permit(CycleState(), pod, "n0")
+    assert st.code is Code.WAIT
+
+    async def go() -> Code:
+        wp = fw.waiting.get(pod.uid)
+        assert wp is not None
+        waiter = asyncio.ensure_future(fw.wait_on_permit(pod))
+        # FIFO callbacks: the waiter's first step (parking on its future) runs before this.
+        asyncio.get_running_loop().call_soon(wp.allow, "Gate")
+        status = await waiter
+        assert wp.done
+        return status.code
+
+    assert asyncio.run(go()) is Code.SUCCESS
+    assert fw.waiting.get(pod.uid) is None
+
+
+def test_permit_timeout_rejects() -> None:
+    h = handle()
+    fw = Framework(profile(permit=(PluginRef("Gate"),)), registry(), h)
+    pod = make_pod()
+    fw.run_permit(CycleState(), pod, "n0")
+    wp = fw.waiting.get(pod.uid)
+    assert wp is not None
+    wp.deadline = 0.0  # the gate's 5 s already passed on the handle's clock
+    st = asyncio.run(fw.wait_on_permit(pod))
+    assert st.code is Code.UNSCHEDULABLE
+    assert "timeout" in st.message() and st.plugin == "Gate"
+
+
+def test_permit_virtual_clock_timeout() -> None:
+    h = handle()
+    fw = Framework(profile(permit=(PluginRef("Gate"),)), registry(), h)
+    pod = make_pod()
+    fw.run_permit(CycleState(), pod, "n0")
+    wp = fw.waiting.get(pod.uid)
+    assert wp is not None
+    assert not wp.check_timeout(4.9)
+    assert wp.check_timeout(5.0)
+    result = wp.result()
+    assert result is not None and result.code is Code.UNSCHEDULABLE
+
+
+def test_permit_reject() -> None:
+    h = handle()
+    fw = Framework(profile(permit=(PluginRef("Gate"),)), registry(), h)
+    pod = make_pod()
+    fw.run_permit(CycleState(), pod, "n0")
+    wp = fw.waiting.get(pod.uid)
+    assert wp is not None
+    wp.reject("Gate", "gang ns/g timed out")
+    st = asyncio.run(fw.wait_on_permit(pod))
+    assert st.code is Code.UNSCHEDULABLE and st.message() == "gang ns/g timed out"
+
+
+def test_malformed_pod_is_unresolvable_with_its_reasons() -> None:
+    from dataclasses import replace
+
+    fw = Framework(profile(), registry(), handle())
+    pod = replace(make_pod(), errors=("annotation gpusched.io/gpu-milli='x' is not an integer",))
+    _, st = fw.run_pre_filter(CycleState(), pod)
+    assert st.code is Code.UNSCHEDULABLE_AND_UNRESOLVABLE
+    assert "gpu-milli='x'" in st.message()

@@ -1,0 +1,138 @@
+"""Pod parsing: Kubernetes' request arithmetic and the gpusched annotations."""
+
+from typing import Any
+
+import pytest
+
+from gpusched.model import keys
+from gpusched.model.pod import GpuKind, NVLink, pod_from_k8s
+
+GI = 2**30
+
+
+def pod(
+    containers: list[dict[str, Any]] | None = None,
+    init: list[dict[str, Any]] | None = None,
+    annotations: dict[str, str] | None = None,
+    labels: dict[str, str] | None = None,
+    **spec: Any,
+) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "p", "namespace": "ns", "uid": "u1",
+                     "annotations": annotations or {}, "labels": labels or {}},
+        "spec": {"containers": containers or [], "initContainers": init or [], **spec},
+    }
+
+
+def c(cpu: str | None = None, mem: str | None = None, gpu: int | None = None, *,
+      limits_only: bool = False, restart: str | None = None) -> dict[str, Any]:
+    res: dict[str, Any] = {}
+    if cpu:
+        res["cpu"] = cpu
+    if mem:
+        res["memory"] = mem
+    if gpu is not None:
+        res[keys.GPU_RESOURCE] = str(gpu)
+    out: dict[str, Any] = {"name": "c", "resources": {"limits" if limits_only else "requests": res}}
+    if restart:
+        out["restartPolicy"] = restart
+    return out
+
+
+def test_containers_are_summed() -> None:
+    p = pod_from_k8s(pod([c("500m", "1Gi"), c("250m", "512Mi")]))
+    assert p.request.cpu_milli == 750
+    assert p.request.memory_bytes == GI + GI // 2
+
+
+def test_init_container_max_is_taken() -> None:
+    p = pod_from_k8s(pod([c("500m", "1Gi")], init=[c("2", "256Mi"), c("100m", "4Gi")]))
+    assert p.request.cpu_milli == 2000
+    assert p.request.memory_bytes == 4 * GI
+
+
+def test_sidecar_init_containers_add_to_the_sum_and_run_beside_later_inits() -> None:
+    # Sidecar (restartPolicy Always) 1 CPU; the ordinary init after it needs 2 CPU while
+    # the sidecar runs: 3 CPU peak; steady state 1 (sidecar) + 0.5 (app) = 1.5.
+    p = pod_from_k8s(pod([c("500m")], init=[c("1", restart="Always"), c("2")]))
+    assert p.request.cpu_milli == 3000
+    p2 = pod_from_k8s(pod([c("2500m")], init=[c("1", restart="Always"), c("2")]))
+    assert p2.request.cpu_milli == 3500
+
+
+def test_overhead_is_added() -> None:
+    p = pod_from_k8s(pod([c("1", "1Gi")], overhead={"cpu": "250m", "memory": "128Mi"}))
+    assert p.request.cpu_milli == 1250
+    assert p.request.memory_bytes == GI + 128 * 2**20
+
+
+def test_limits_default_requests() -> None:
+    p = pod_from_k8s(pod([c("2", "2Gi", gpu=4, limits_only=True)]))
+    assert (p.request.cpu_milli, p.request.gpu_cards) == (2000, 4)
+    assert p.request.kind is GpuKind.WHOLE
+    assert p.request.gpu_milli_total == 4000
+
+
+def test_pod_level_resources_replace_container_sum() -> None:
+    p = pod_from_k8s(pod([c("1", "1Gi")], resources={"requests": {"cpu": "3"}}))
+    assert p.request.cpu_milli == 3000
+    assert p.request.memory_bytes == GI
+
+
+def test_shared_gpu_annotations() -> None:
+    p = pod_from_k8s(pod([c("1")], annotations={
+        keys.GPU_MILLI: "250", keys.GPU_MEMORY_MIB: "20480",
+        keys.GPU_MODEL: "V100M16|V100M32", keys.NVLINK: "preferred"}))
+    assert p.errors == ()
+    r = p.request
+    assert (r.gpu_milli, r.gpu_mem_mib, r.gpu_models, r.nvlink) == (
+        250, 20480, ("V100M16", "V100M32"), NVLink.PREFERRED)
+    assert r.kind is GpuKind.SHARED
+
+
+@pytest.mark.parametrize(
+    ("annotations", "fragment"),
+    [
+        ({keys.GPU_MILLI: "abc"}, "gpusched.io/gpu-milli='abc' is not an integer"),
+        ({keys.GPU_MILLI: "0"}, "gpusched.io/gpu-milli='0' is out of range (1-1000)"),
+        ({keys.GPU_MILLI: "1001"}, "out of range"),
+        ({keys.GPU_MEMORY_MIB: "-5"}, "gpusched.io/gpu-memory-mib='-5' is out of range"),
+        ({keys.GPU_MODEL: "A100||H100"}, "gpusched.io/gpu-model='A100||H100'"),
+        ({keys.NVLINK: "always"}, "gpusched.io/nvlink='always' must be required, preferred or none"),
+        ({keys.GANG_NAME: "g"}, "needs scheduling.ai/gang-total"),
+        ({keys.GANG_NAME: "g", keys.GANG_TOTAL: "x"}, "scheduling.ai/gang-total='x'"),
+        ({keys.GANG_TOTAL: "3"}, "without scheduling.ai/gang-name"),
+        ({keys.PREEMPTIBLE: "maybe"}, "gpusched.io/preemptible='maybe'"),
+        ({keys.LAST_CHECKPOINT: "yesterday"}, "not an RFC 3339 time"),
+        ({keys.CHECKPOINT_INTERVAL: "0"}, "checkpoint-interval-seconds='0' is out of range"),
+        ({keys.GPU_IDS: "0,a"}, "gpusched.io/gpu-ids='0,a'"),
+    ],
+)
+def test_malformed_annotations_become_errors_naming_key_and_value(
+    annotations: dict[str, str], fragment: str
+) -> None:
+    p = pod_from_k8s(pod([c("1")], annotations=annotations))
+    assert any(fragment in e for e in p.errors), p.errors
+
+
+def test_share_and_whole_cards_together_is_an_error() -> None:
+    p = pod_from_k8s(pod([c("1", gpu=1)], annotations={keys.GPU_MILLI: "500"}))
+    assert any("use one or the other" in e for e in p.errors)
+    assert p.request.gpu_milli == 0
+
+
+def test_malformed_quantity_is_an_error_not_an_exception() -> None:
+    p = pod_from_k8s(pod([c("lots")]))
+    assert any("spec.containers[0].resources['cpu']" in e for e in p.errors)
+
+
+def test_gang_and_identity() -> None:
+    p = pod_from_k8s(pod([c("1")], labels={keys.POD_GROUP_LABEL: "pg1", keys.TENANT_LABEL: "team-a"}))
+    assert p.gang is not None and p.gang.name == "ns/pg1" and p.gang.min_member == 0
+    assert p.job_id == "ns/pg1"
+    assert p.tenant == "team-a"
+    q = pod_from_k8s(pod([c("1")], annotations={keys.GANG_NAME: "g", keys.GANG_TOTAL: "4"},
+                         labels={keys.JOB_ID_LABEL: "job-7"}))
+    assert q.gang is not None and q.gang.min_member == 4
+    assert q.job_id == "job-7"
+    assert q.tenant == "ns"
