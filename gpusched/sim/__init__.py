@@ -1,0 +1,1 @@
+"""Trace-driven scheduling simulation: trace loading, workload construction, replay."""
