@@ -1,0 +1,152 @@
+"""The built-in defaults: the `ai-scheduler` plugin set, the comparison profiles, settings.
+
+Every profile a user writes starts from DEFAULT_PLUGINS, exactly as a kube-scheduler profile
+starts from the in-tree defaults: `enabled` adds to them, `disabled` removes from them.
+The comparison profiles are plain documents run through the same loader, so the simulator
+measures exactly what a user would get by pasting them into a configuration file.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from typing import Any
+
+from gpusched.config.profile import PluginRef, Point
+from gpusched.model import keys
+
+API_VERSION = "gpusched.io/v1alpha1"
+KIND = "GpuSchedulerConfiguration"
+MULTI_POINT = "multiPoint"
+
+DEFAULT_SCHEDULER_NAME = keys.SCHEDULER_NAME  # "ai-scheduler"
+LEAST_ALLOCATED = "least-allocated"
+MOST_ALLOCATED = "most-allocated"
+
+# Settings defaults (the daemon's knobs). Backoff and the unschedulable flush interval are
+# kube-scheduler's defaults; the client limits are its clientConnection defaults.
+CLIENT_QPS = 50.0
+CLIENT_BURST = 100
+POD_INITIAL_BACKOFF_SECONDS = 1.0
+POD_MAX_BACKOFF_SECONDS = 10.0
+POD_MAX_IN_UNSCHEDULABLE_PODS_DURATION_SECONDS = 300.0
+# An assumed pod the watch never confirms is forgotten after this long (the cycle's default).
+ASSUME_TTL_SECONDS = 30.0
+MAX_CARDS_PER_NODE = 8
+# The kernels track a node's cards in an int64 bitmask (gpusched/kernels/_card_rules.py
+# MAX_CARDS). Repeated here so loading a config does not import numba; a test keeps the two
+# equal.
+MAX_CARDS_LIMIT = 63
+
+# The methods a plugin class needs for each point: the members of the Protocols in
+# gpusched/framework/interfaces.py (a test keeps them in step). Checked on the class with
+# hasattr because the Protocols are runtime-checkable on instances only, and the loader
+# must not construct plugins just to validate a file.
+POINT_METHODS: Mapping[Point, tuple[str, ...]] = {
+    Point.QUEUE_SORT: ("less",),
+    Point.PRE_FILTER: ("pre_filter",),
+    Point.FILTER: ("filter",),
+    Point.POST_FILTER: ("post_filter",),
+    Point.PRE_SCORE: ("pre_score",),
+    Point.SCORE: ("score",),
+    Point.RESERVE: ("reserve", "unreserve"),
+    Point.PERMIT: ("permit",),
+    Point.PRE_BIND: ("pre_bind",),
+    Point.BIND: ("bind",),
+    Point.POST_BIND: ("post_bind",),
+}
+
+
+def _refs(*names: str) -> tuple[PluginRef, ...]:
+    return tuple(PluginRef(n) for n in names)
+
+
+# The `ai-scheduler` profile. Score weights are the seed article's alpha, beta, gamma:
+# fragmentation first, thermal headroom next, network locality last.
+DEFAULT_PLUGINS: Mapping[Point, tuple[PluginRef, ...]] = {
+    Point.QUEUE_SORT: _refs("PrioritySort"),
+    Point.PRE_FILTER: _refs("NodeResourcesFit", "NodeAffinity", "GPUFit"),
+    Point.FILTER: _refs(
+        "NodeUnschedulable",
+        "NodeResourcesFit",
+        "TaintToleration",
+        "NodeAffinity",
+        "GPUFit",
+        "Thermal",
+    ),
+    Point.PRE_SCORE: _refs("NetworkLocality"),
+    Point.SCORE: (
+        PluginRef("GPUFragmentation", 0.40),
+        PluginRef("Thermal", 0.35),
+        PluginRef("NetworkLocality", 0.25),
+    ),
+    Point.RESERVE: _refs("GPUFit"),
+    Point.PRE_BIND: _refs("GPUFit"),
+    Point.BIND: _refs("DefaultBinder"),
+}
+
+
+def default_plugin_names() -> list[str]:
+    seen: dict[str, None] = {}
+    for refs in DEFAULT_PLUGINS.values():
+        for r in refs:
+            seen.setdefault(r.name, None)
+    return list(seen)
+
+
+def _allocated(name: str, strategy: str) -> dict[str, Any]:
+    """A kube-scheduler-like baseline: the same filters (so a comparison isolates scoring),
+    scored only by NodeResourcesFit's LeastAllocated/MostAllocated over cpu, memory and
+    whole GPUs with equal weights, as kube-scheduler's NodeResourcesFit would with
+    `nvidia.com/gpu` added to its resources."""
+    return {
+        "schedulerName": name,
+        "plugins": {
+            "preScore": {"disabled": [{"name": "*"}]},
+            "score": {
+                "disabled": [{"name": "*"}],
+                "enabled": [{"name": "NodeResourcesFit", "weight": 1}],
+            },
+        },
+        "pluginConfig": [
+            {
+                "name": "NodeResourcesFit",
+                # kube-scheduler's NodeResourcesFitArgs shape
+                # (gpusched/plugins/node_resources_fit/args.py).
+                "args": {
+                    "scoringStrategy": {
+                        "type": strategy,
+                        "resources": [
+                            {"name": "cpu", "weight": 1},
+                            {"name": "memory", "weight": 1},
+                            {"name": keys.GPU_RESOURCE, "weight": 1},
+                        ],
+                    }
+                },
+            }
+        ],
+    }
+
+
+_BUILTIN: dict[str, dict[str, Any]] = {
+    # Nothing to say: the defaults above are this profile.
+    DEFAULT_SCHEDULER_NAME: {"schedulerName": DEFAULT_SCHEDULER_NAME},
+    LEAST_ALLOCATED: _allocated(LEAST_ALLOCATED, "LeastAllocated"),
+    MOST_ALLOCATED: _allocated(MOST_ALLOCATED, "MostAllocated"),
+}
+
+
+def builtin_profiles() -> dict[str, dict[str, Any]]:
+    """The built-in profiles as raw `profiles[]` items, by schedulerName (fresh copies, so a
+    caller may edit one before loading it)."""
+    return copy.deepcopy(_BUILTIN)
+
+
+def builtin_document(*names: str) -> dict[str, Any]:
+    """A whole configuration document holding the named built-in profiles (all by default)."""
+    table = builtin_profiles()
+    chosen = names or tuple(table)
+    unknown = [n for n in chosen if n not in table]
+    if unknown:
+        raise KeyError(f"unknown built-in profile(s) {unknown} (known: {', '.join(table)})")
+    return {"apiVersion": API_VERSION, "kind": KIND, "profiles": [table[n] for n in chosen]}

@@ -1,0 +1,113 @@
+"""Small fake plugin classes for the config tests.
+
+The real plugins are written elsewhere; these carry only a name, the methods of the points
+they claim, and (for two of them) an Args dataclass shaped like the real ones.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from gpusched.config.defaults import POINT_METHODS
+from gpusched.config.profile import Point
+from gpusched.core.runtime.registry import Registry
+
+
+def _noop(self: object, *args: object) -> None:
+    return None
+
+
+def fake(name: str, *points: Point, args: type | None = None, fail: bool = False) -> type:
+    """A plugin class implementing `points` (methods that do nothing)."""
+
+    def init(self: Any, a: object, handle: object) -> None:
+        if fail:
+            raise ValueError(f"{name} refuses to start")
+        self.args = a
+        self.handle = handle
+
+    ns: dict[str, Any] = {"name": name, "__init__": init}
+    for p in points:
+        for m in POINT_METHODS[p]:
+            ns[m] = _noop
+    if args is not None:
+        ns["Args"] = args
+    return type(name, (), ns)
+
+
+@dataclass(frozen=True)
+class ResourceSpec:
+    name: str
+    weight: int = 1
+
+    def validate(self) -> list[tuple[str, str]]:
+        return [] if self.weight > 0 else [("weight", "must be > 0")]
+
+
+@dataclass(frozen=True)
+class ScoringStrategy:
+    type: Literal["LeastAllocated", "MostAllocated"] = "LeastAllocated"
+    resources: tuple[ResourceSpec, ...] = (ResourceSpec("cpu"), ResourceSpec("memory"))
+
+    def validate(self) -> list[tuple[str, str]]:
+        names = [r.name for r in self.resources]
+        if len(set(names)) != len(names):
+            return [("resources", "resource names must be unique")]
+        return []
+
+
+@dataclass(frozen=True)
+class FitArgs:
+    """Shaped like kube-scheduler's NodeResourcesFitArgs, as the real plugin's is."""
+
+    scoring_strategy: ScoringStrategy = field(default_factory=ScoringStrategy)
+
+
+class Mode(enum.Enum):
+    STRICT = "strict"
+    SOFT = "soft"
+
+
+@dataclass(frozen=True)
+class ThermalArgs:
+    cool_celsius: float = 50.0
+    red_line_celsius: float = 85.0
+    mode: Mode = Mode.STRICT
+
+    def validate(self) -> list[tuple[str, str]]:
+        if self.red_line_celsius <= self.cool_celsius:
+            return [("redLineCelsius", f"must be > coolCelsius ({self.cool_celsius})")]
+        return []
+
+
+P = Point
+DEFAULT_FAKES = (
+    fake("PrioritySort", P.QUEUE_SORT),
+    fake("NodeResourcesFit", P.PRE_FILTER, P.FILTER, P.SCORE, args=FitArgs),
+    fake("NodeAffinity", P.PRE_FILTER, P.FILTER),
+    fake("GPUFit", P.PRE_FILTER, P.FILTER, P.RESERVE, P.PRE_BIND),
+    fake("NodeUnschedulable", P.FILTER),
+    fake("TaintToleration", P.FILTER),
+    fake("Thermal", P.FILTER, P.SCORE, args=ThermalArgs),
+    fake("NetworkLocality", P.PRE_SCORE, P.SCORE),
+    fake("GPUFragmentation", P.SCORE),
+    fake("DefaultBinder", P.BIND),
+)
+EXTRA_FAKES = (
+    fake("Coscheduling", P.PRE_FILTER, P.PERMIT, P.RESERVE, P.POST_BIND),
+    fake("DefaultPreemption", P.POST_FILTER),
+    fake("Spread", P.FILTER, P.SCORE),
+    fake("OtherSort", P.QUEUE_SORT),
+    fake("OtherBinder", P.BIND),
+    fake("Broken", P.FILTER, fail=True),
+)
+
+
+def make_registry(*, extras: bool = True, without: tuple[str, ...] = ()) -> Registry:
+    reg = Registry()
+    for cls in (*DEFAULT_FAKES, *(EXTRA_FAKES if extras else ())):
+        if cls.name not in without:
+            reg.register(cls)
+    return reg

@@ -1,0 +1,11 @@
+from __future__ import annotations
+
+import pytest
+
+from gpusched.core.runtime.registry import Registry
+from tests.unit.config.config_fakes import make_registry
+
+
+@pytest.fixture
+def registry() -> Registry:
+    return make_registry()
