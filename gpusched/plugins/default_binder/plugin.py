@@ -1,0 +1,22 @@
+"""DefaultBinder (Bind): POST the binding through the cluster port."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from gpusched.framework.cycle_state import CycleState
+from gpusched.framework.interfaces import Handle
+from gpusched.framework.status import Status
+from gpusched.model.pod import PodInfo
+
+
+class DefaultBinder:
+    name: ClassVar[str] = "DefaultBinder"
+
+    def __init__(self, args: object, handle: Handle) -> None:
+        self.handle = handle
+
+    async def bind(self, state: CycleState, pod: PodInfo, node: str) -> Status:
+        # The port turns API errors into a Status (never raises), so pass it through: the
+        # runtime unreserves and backs the pod off on anything but Success.
+        return await self.handle.cluster.bind(pod, node)

@@ -1,0 +1,129 @@
+"""Label columns over the snapshot's interned label sets, so selectors run as numpy.
+
+Real nodes carry unique labels (`kubernetes.io/hostname`), so there are about as many
+label sets as nodes and evaluating a selector once per label set in Python would cost a
+Python loop over the cluster for every new selector. Instead, for each label key a
+selector mentions we keep one int32 column over label-set ids (the id of the key's value,
+-1 when absent), built once per key and extended only for label sets interned since; a
+requirement is then one vector op over that column.
+
+Label-set ids are content-addressed and never reused, so columns never go stale; the
+plugin drops the whole index only when the handle hands out a different Snapshot object.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+from numpy.typing import NDArray
+
+from gpusched.core.cache.snapshot import Snapshot
+from gpusched.plugins.node_affinity.selector import Required, Requirement, Term, parse_int64
+
+Bools = NDArray[np.bool_]
+
+
+class KeyColumn:
+    __slots__ = ("codes", "ids", "numbers", "numeric", "values")
+
+    def __init__(self) -> None:
+        self.codes = np.empty(0, np.int32)  # per label set: value id, -1 = key absent
+        self.values: list[str] = []
+        self.ids: dict[str, int] = {}
+        self.numbers = np.empty(0, np.int64)  # per value id: its int64 value (Gt/Lt)
+        self.numeric = np.empty(0, np.bool_)  # per value id: parses as int64
+
+    def extend(self, dicts: list[Mapping[str, str]], key: str) -> None:
+        start, end = len(self.codes), len(dicts)
+        if start >= end:
+            return
+        before = len(self.values)
+        new = np.empty(end - start, np.int32)
+        for i in range(start, end):
+            value = dicts[i].get(key)
+            if value is None:
+                new[i - start] = -1
+                continue
+            vid = self.ids.get(value)
+            if vid is None:
+                vid = self.ids[value] = len(self.values)
+                self.values.append(value)
+            new[i - start] = vid
+        self.codes = np.concatenate([self.codes, new])
+        if len(self.values) > before:
+            parsed = [parse_int64(v) for v in self.values[before:]]
+            self.numbers = np.concatenate(
+                [self.numbers, np.array([p or 0 for p in parsed], np.int64)]
+            )
+            self.numeric = np.concatenate(
+                [self.numeric, np.array([p is not None for p in parsed], np.bool_)]
+            )
+
+
+class LabelIndex:
+    """Per-key columns over label-set ids of one snapshot."""
+
+    __slots__ = ("_columns", "_dicts", "snapshot")
+
+    def __init__(self, snapshot: Snapshot) -> None:
+        self.snapshot = snapshot
+        self._dicts: list[Mapping[str, str]] = []
+        self._columns: dict[str, KeyColumn] = {}
+
+    def __len__(self) -> int:
+        return len(self._dicts)
+
+    def sync(self) -> int:
+        """Take in label sets interned since the last call; returns how many there are."""
+        snap = self.snapshot
+        for i in range(len(self._dicts), len(snap.labelsets)):
+            self._dicts.append(snap.labels_of(i))
+        return len(self._dicts)
+
+    def column(self, key: str) -> KeyColumn:
+        col = self._columns.get(key)
+        if col is None:
+            col = self._columns[key] = KeyColumn()
+        col.extend(self._dicts, key)
+        return col
+
+    # -- selectors as masks over label-set ids -----------------------------------------------
+
+    def requirement(self, r: Requirement) -> Bools:
+        col = self.column(r.key)
+        present = col.codes >= 0
+        if r.op in ("In", "NotIn"):
+            ids = [col.ids[v] for v in r.values if v in col.ids]
+            hit = (
+                np.isin(col.codes, np.array(ids, np.int32))
+                if ids
+                else np.zeros(len(col.codes), np.bool_)
+            )
+            return hit if r.op == "In" else ~hit
+        if r.op == "Exists":
+            return present
+        if r.op == "DoesNotExist":
+            return ~present
+        safe = np.where(present, col.codes, 0)
+        if len(col.values) == 0:
+            return np.zeros(len(col.codes), np.bool_)
+        nums = col.numbers[safe]
+        cmp = nums > r.number if r.op == "Gt" else nums < r.number
+        return present & col.numeric[safe] & cmp
+
+    def term_labels(self, t: Term) -> Bools:
+        out = np.ones(len(self._dicts), np.bool_)
+        for r in t.labels or ():
+            out &= self.requirement(r)
+        return out
+
+    def node_selector(self, req: Required) -> Bools:
+        out = np.ones(len(self._dicts), np.bool_)
+        for key, value in req.node_selector:
+            col = self.column(key)
+            vid = col.ids.get(value)
+            if vid is None:
+                return np.zeros(len(self._dicts), np.bool_)
+            out &= col.codes == vid
+        return out

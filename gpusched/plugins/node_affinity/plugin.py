@@ -1,0 +1,277 @@
+"""NodeAffinity (PreFilter, Filter, PreScore, Score, NormalizeScore).
+
+Filter: nodeSelector and requiredDuringSchedulingIgnoredDuringExecution. Score: the summed
+weights of the matching preferredDuringSchedulingIgnoredDuringExecution terms, normalised
+so the best node gets 100.
+
+A pod's selector is parsed once per distinct (nodeSelector, nodeAffinity) signature; its
+label part becomes a bool table over the snapshot's label-set ids (computed with numpy
+from per-key label columns, see label_index.py) and a row's verdict is a gather through
+`node_labelset`. Only `metadata.name` matchFields need the row itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+from numpy.typing import NDArray
+
+from gpusched.core.cache.snapshot import Snapshot
+from gpusched.framework.cycle_state import CycleState, StateKey
+from gpusched.framework.interfaces import FilterResult, Handle, Mask, PreFilterResult, Rows, Scores
+from gpusched.framework.status import Code, Status
+from gpusched.model.pod import PodInfo
+from gpusched.plugins.helper.normalize import default_normalize_score
+from gpusched.plugins.node_affinity.args import NodeAffinityArgs
+from gpusched.plugins.node_affinity.label_index import Bools, LabelIndex
+from gpusched.plugins.node_affinity.selector import (
+    Preferred,
+    Required,
+    Term,
+    freeze,
+    parse_preferred,
+    parse_required,
+)
+
+REASON_POD = "node(s) didn't match Pod's node affinity/selector"
+REASON_ENFORCED = "node(s) didn't match scheduler-enforced node affinity"
+REASON_CONFLICT = "pod affinity terms conflict"
+PREFIX = "spec.affinity.nodeAffinity"
+
+_CACHE_LIMIT = 4096  # distinct selector signatures kept; a cluster sees a few hundred
+
+
+def _field_mask(snap: Snapshot, rows: Rows, term: Term) -> Bools:
+    """The term's metadata.name requirements on `rows` (all True without matchFields)."""
+    out = np.ones(len(rows), np.bool_)
+    for f in term.fields:
+        eq = rows == snap.rows.get(f.name, -1)
+        out &= eq if f.op == "In" else ~eq
+    return out
+
+
+class _RequiredEval:
+    """A Required selector against one LabelIndex: `pure` over label-set ids covers the
+    nodeSelector and every term without matchFields; each term with matchFields keeps its
+    own label table, ANDed with the row's name at evaluation."""
+
+    __slots__ = ("_field", "_index", "_n", "_pure", "req")
+
+    def __init__(self, req: Required) -> None:
+        self.req = req
+        self._index: LabelIndex | None = None
+        self._n = -1
+        self._pure: Bools = np.empty(0, np.bool_)
+        self._field: list[tuple[Bools, Term]] = []
+
+    def _tables(self, index: LabelIndex) -> None:
+        if index is self._index and len(index) == self._n:
+            return
+        ns = index.node_selector(self.req)
+        terms = self.req.terms
+        if terms is None:
+            pure = ns
+        else:
+            matched = np.zeros(len(index), np.bool_)
+            for t in terms:
+                if not t.fields:
+                    matched |= index.term_labels(t)
+            pure = ns & matched
+        self._field = [(ns & index.term_labels(t), t) for t in terms or () if t.fields]
+        self._pure, self._index, self._n = pure, index, len(index)
+
+    def mask(self, index: LabelIndex, rows: Rows) -> Bools:
+        self._tables(index)
+        snap = index.snapshot
+        ls = snap.node_labelset[rows]
+        out = self._pure[ls]
+        for table, term in self._field:
+            out |= table[ls] & _field_mask(snap, rows, term)
+        return out
+
+
+class _PreferredEval:
+    """Preferred terms against one LabelIndex: summed weights of label-only terms per
+    label-set id, plus per-row checks for terms with matchFields."""
+
+    __slots__ = ("_field", "_index", "_n", "_weights", "pref")
+
+    def __init__(self, pref: Preferred) -> None:
+        self.pref = pref
+        self._index: LabelIndex | None = None
+        self._n = -1
+        self._weights: NDArray[np.int64] = np.empty(0, np.int64)
+        self._field: list[tuple[int, Bools, Term]] = []
+
+    def _tables(self, index: LabelIndex) -> None:
+        if index is self._index and len(index) == self._n:
+            return
+        weights = np.zeros(len(index), np.int64)
+        field: list[tuple[int, Bools, Term]] = []
+        for w, t in self.pref.terms:
+            if t.fields:
+                field.append((w, index.term_labels(t), t))
+            else:
+                weights += np.where(index.term_labels(t), w, 0)
+        self._weights, self._field, self._index, self._n = weights, field, index, len(index)
+
+    def scores(self, index: LabelIndex, rows: Rows) -> NDArray[np.int64]:
+        self._tables(index)
+        snap = index.snapshot
+        ls = snap.node_labelset[rows]
+        out = self._weights[ls].copy()
+        for w, table, term in self._field:
+            out += np.where(table[ls] & _field_mask(snap, rows, term), w, 0)
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    required: _RequiredEval | None
+    preferred: _PreferredEval | None
+    errors: tuple[str, ...] = ()
+
+
+_STATE: StateKey[_Entry] = StateKey("NodeAffinity/selector")
+
+
+class NodeAffinity:
+    name: ClassVar[str] = "NodeAffinity"
+    Args: ClassVar[type[NodeAffinityArgs]] = NodeAffinityArgs
+
+    def __init__(self, args: NodeAffinityArgs | None, handle: Handle) -> None:
+        self.args = args if args is not None else NodeAffinityArgs()
+        self.handle = handle
+        problems = self.args.validate()
+        if problems:
+            # Configuration is validated before plugins are built; this guards direct use.
+            raise ValueError("; ".join(f"{f}: {m}" for f, m in problems))
+        added: Mapping[str, Any] = self.args.added_affinity or {}
+        errors: list[str] = []
+        req = parse_required({}, added, "addedAffinity", errors)
+        pref = parse_preferred(added, "addedAffinity", errors)
+        self._added_required = _RequiredEval(req) if req is not None else None
+        self._added_preferred = _PreferredEval(pref) if pref is not None else None
+        self._index: LabelIndex | None = None
+        self._entries: dict[Any, _Entry] = {}
+
+    # -- shared ----------------------------------------------------------------------------
+
+    def _sync(self) -> LabelIndex:
+        snap = self.handle.snapshot
+        if self._index is None or self._index.snapshot is not snap:
+            # Label-set ids belong to one Snapshot object: a rebuilt one starts afresh.
+            self._index = LabelIndex(snap)
+            self._entries.clear()
+        self._index.sync()
+        return self._index
+
+    def _entry(self, pod: PodInfo) -> _Entry:
+        raw_affinity: Any = pod.affinity
+        node_affinity: Any = (
+            raw_affinity.get("nodeAffinity") if isinstance(raw_affinity, Mapping) else None
+        )
+        sig = freeze((pod.node_selector, node_affinity))
+        got = self._entries.get(sig)
+        if got is not None:
+            return got
+        errors: list[str] = []
+        if node_affinity is not None and not isinstance(node_affinity, Mapping):
+            errors.append(f"{PREFIX}: Invalid value: {node_affinity!r}: must be an object")
+            node_affinity = None
+        na: Mapping[str, Any] = node_affinity or {}
+        req = parse_required(pod.node_selector, na, PREFIX, errors)
+        pref = parse_preferred(na, PREFIX, errors)
+        got = _Entry(
+            _RequiredEval(req) if req is not None else None,
+            _PreferredEval(pref) if pref is not None else None,
+            tuple(errors),
+        )
+        if len(self._entries) >= _CACHE_LIMIT:
+            self._entries.clear()
+        self._entries[sig] = got
+        return got
+
+    def _state_entry(self, state: CycleState, pod: PodInfo) -> _Entry:
+        got = state.get(_STATE)
+        if got is None:  # PreFilter/PreScore disabled in the profile
+            self._sync()
+            got = self._entry(pod)
+        return got
+
+    # -- PreFilter / Filter ----------------------------------------------------------------
+
+    def pre_filter(self, state: CycleState, pod: PodInfo) -> tuple[PreFilterResult | None, Status]:
+        snap = self.handle.snapshot
+        self._sync()
+        entry = self._entry(pod)
+        if entry.errors:
+            # The API server rejects such pods, so this is a pod that bypassed validation:
+            # it can never match, and the message says which field to fix.
+            return None, Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, entry.errors, self.name)
+        state.write(_STATE, entry)
+        if entry.required is None and self._added_required is None:
+            return None, Status(Code.SKIP, (), self.name)
+        terms = entry.required.req.terms if entry.required is not None else None
+        if not terms:
+            return None, Status()
+        # Like kube-scheduler: if every term pins metadata.name with In, only those nodes
+        # are candidates at all.
+        names: set[str] = set()
+        for t in terms:
+            pinned = t.names_in()
+            if pinned is None:
+                return None, Status()
+            names |= pinned
+        if not names:
+            return None, Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, (REASON_CONFLICT,), self.name)
+        rows = sorted(r for n in names if (r := snap.rows.get(n)) is not None)
+        return PreFilterResult(np.array(rows, np.intp)), Status()
+
+    def filter(self, state: CycleState, pod: PodInfo, candidates: Mask) -> FilterResult:
+        entry = self._state_entry(state, pod)
+        index = self._sync()
+        n = len(candidates)
+        if entry.errors:
+            return FilterResult(np.zeros(n, np.bool_), (REASON_POD,), unresolvable=True)
+        rows = np.flatnonzero(candidates)
+        feasible = candidates.copy()
+        codes: NDArray[np.int8] | None = None
+        if self._added_required is not None:
+            # The scheduler-enforced affinity is checked first, as upstream.
+            ok = self._added_required.mask(index, rows)
+            feasible[rows[~ok]] = False
+            codes = np.zeros(n, np.int8)
+            codes[rows[~ok]] = 1
+            rows = rows[ok]
+        if entry.required is not None:
+            ok = entry.required.mask(index, rows)
+            feasible[rows[~ok]] = False
+        return FilterResult(feasible, (REASON_POD, REASON_ENFORCED), codes, unresolvable=True)
+
+    # -- PreScore / Score ------------------------------------------------------------------
+
+    def pre_score(self, state: CycleState, pod: PodInfo, rows: Rows) -> Status:
+        entry = self._state_entry(state, pod)
+        if entry.errors:
+            return Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, entry.errors, self.name)
+        state.write(_STATE, entry)
+        if entry.preferred is None and self._added_preferred is None:
+            return Status(Code.SKIP, (), self.name)
+        return Status()
+
+    def score(self, state: CycleState, pod: PodInfo, rows: Rows) -> Scores:
+        entry = self._state_entry(state, pod)
+        index = self._sync()
+        total = np.zeros(len(rows), np.int64)
+        if self._added_preferred is not None:
+            total += self._added_preferred.scores(index, rows)
+        if entry.preferred is not None and not entry.errors:
+            total += entry.preferred.scores(index, rows)
+        return total.astype(np.float64)
+
+    def normalize(self, state: CycleState, pod: PodInfo, scores: Scores) -> None:
+        default_normalize_score(scores, reverse=False)

@@ -1,0 +1,213 @@
+"""NodeResourcesFit (PreFilter, Filter, PreScore, Score): cpu, memory and pod count.
+
+Filter and Score are whole-cluster numpy expressions over the snapshot's columns; the
+integer arithmetic is kube-scheduler's (Go int64 division), so scores match it point for
+point on the same inputs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+from numpy.typing import NDArray
+
+from gpusched.core.cache.snapshot import NO_CARD, Snapshot
+from gpusched.framework.cycle_state import CycleState, StateKey
+from gpusched.framework.interfaces import (
+    MAX_NODE_SCORE,
+    FilterResult,
+    Handle,
+    Mask,
+    PreFilterResult,
+    Rows,
+    Scores,
+)
+from gpusched.framework.status import Status
+from gpusched.model.keys import GPU_RESOURCE
+from gpusched.model.node import FULL_CARD_MILLI
+from gpusched.model.pod import PodInfo
+from gpusched.plugins.node_resources_fit.args import (
+    LEAST_ALLOCATED,
+    MAX_CUSTOM_SCORE,
+    MAX_UTILIZATION,
+    MOST_ALLOCATED,
+    NodeResourcesFitArgs,
+)
+
+# Reasons in kube-scheduler's order (fitsRequest checks pods, then cpu, then memory); a row
+# failing several gets the first, as FilterResult carries one code per row.
+REASON_PODS = "Too many pods"
+REASON_CPU = "Insufficient cpu"
+REASON_MEMORY = "Insufficient memory"
+REASONS = (REASON_PODS, REASON_CPU, REASON_MEMORY)
+
+# pkg/scheduler/util: what scoring assumes a container without a request uses, so
+# best-effort pods do not all pile onto one node (DefaultMilliCPURequest,
+# DefaultMemoryRequest).
+DEFAULT_MILLI_CPU_REQUEST = 100
+DEFAULT_MEMORY_REQUEST = 200 * 1024 * 1024
+
+_MAX = int(MAX_NODE_SCORE)
+
+
+@dataclass(frozen=True, slots=True)
+class PodRequests:
+    """What the pod asks for: exact requests for Filter, non-zero ones for Score."""
+
+    cpu_milli: int
+    memory_bytes: int
+    score_cpu_milli: int
+    score_memory_bytes: int
+    gpu_cards: int
+
+    @classmethod
+    def of(cls, pod: PodInfo) -> PodRequests:
+        req = pod.request
+        return cls(
+            cpu_milli=req.cpu_milli,
+            memory_bytes=req.memory_bytes,
+            score_cpu_milli=req.cpu_milli or DEFAULT_MILLI_CPU_REQUEST,
+            score_memory_bytes=req.memory_bytes or DEFAULT_MEMORY_REQUEST,
+            gpu_cards=req.gpu_cards,
+        )
+
+
+STATE: StateKey[PodRequests] = StateKey("NodeResourcesFit/requests")
+
+I64 = NDArray[np.int64]
+
+
+def _go_div(a: I64, b: I64) -> I64:
+    """Go's int64 division truncates toward zero; numpy's // floors. b > 0 here."""
+    q: I64 = np.abs(a) // b
+    return np.where(a < 0, -q, q)
+
+
+class NodeResourcesFit:
+    name: ClassVar[str] = "NodeResourcesFit"
+    Args: ClassVar[type[NodeResourcesFitArgs]] = NodeResourcesFitArgs
+
+    def __init__(self, args: NodeResourcesFitArgs | None, handle: Handle) -> None:
+        self.args = args if args is not None else NodeResourcesFitArgs()
+        self.handle = handle
+        s = self.args.scoring_strategy
+        self.strategy = s.type
+        self.resources = tuple((r.name, int(r.weight)) for r in s.resources)
+        shape = s.requested_to_capacity_ratio.shape if s.requested_to_capacity_ratio else ()
+        # Shape scores are 0..10 in the API; kube-scheduler scales them to 0..100.
+        scale = _MAX // MAX_CUSTOM_SCORE
+        self.shape_x = np.array([p.utilization for p in shape], np.int64)
+        self.shape_y = np.array([p.score * scale for p in shape], np.int64)
+
+    # -- PreFilter / Filter ----------------------------------------------------------------
+
+    def pre_filter(self, state: CycleState, pod: PodInfo) -> tuple[PreFilterResult | None, Status]:
+        state.write(STATE, PodRequests.of(pod))
+        return None, Status()
+
+    @staticmethod
+    def _requests(state: CycleState, pod: PodInfo) -> PodRequests:
+        got = state.get(STATE)
+        return got if got is not None else PodRequests.of(pod)
+
+    def filter(self, state: CycleState, pod: PodInfo, candidates: Mask) -> FilterResult:
+        req = self._requests(state, pod)
+        snap = self.handle.snapshot
+        n = len(candidates)
+        pods = snap.node_pods_free[:n] < 1
+        # kube-scheduler skips a resource the pod does not request (so a zero-request pod
+        # still fits a node that is over-committed on it).
+        cpu = snap.node_cpu_free[:n] < req.cpu_milli if req.cpu_milli > 0 else np.zeros(n, np.bool_)
+        mem = (
+            snap.node_mem_free[:n] < req.memory_bytes
+            if req.memory_bytes > 0
+            else np.zeros(n, np.bool_)
+        )
+        bad = candidates & (pods | cpu | mem)
+        if not bad.any():
+            return FilterResult(candidates.copy())
+        # First failing check wins: pods (0), else cpu (1), else memory (2).
+        codes = np.where(pods, 0, np.where(cpu, 1, 2)).astype(np.int8)
+        return FilterResult(candidates & ~bad, REASONS, codes)
+
+    # -- PreScore / Score ------------------------------------------------------------------
+
+    def pre_score(self, state: CycleState, pod: PodInfo, rows: Rows) -> Status:
+        if state.get(STATE) is None:
+            state.write(STATE, PodRequests.of(pod))
+        return Status()
+
+    def _alloc_requested(
+        self, snap: Snapshot, rows: Rows, name: str, req: PodRequests
+    ) -> tuple[I64, I64]:
+        """(allocatable, requested after placing the pod) per row, kube-scheduler's
+        calculateResourceAllocatableRequest. allocatable 0 means "do not score this
+        resource on this row"."""
+        if name == "cpu":
+            alloc = snap.node_cpu_alloc[rows].astype(np.int64)
+            used = alloc - snap.node_cpu_free[rows]
+            return alloc, used + req.score_cpu_milli
+        if name == "memory":
+            alloc = snap.node_mem_alloc[rows].astype(np.int64)
+            used = alloc - snap.node_mem_free[rows]
+            return alloc, used + req.score_memory_bytes
+        if name == GPU_RESOURCE and req.gpu_cards > 0:
+            # Extended resource in whole cards: allocatable = cards on the node, requested
+            # = cards no longer intact (any share taken) + the cards this pod asks for.
+            alloc = snap.node_card_count[rows].astype(np.int64)
+            has = snap.card_model[rows] != NO_CARD
+            used = np.count_nonzero(has & (snap.card_free_milli[rows] < FULL_CARD_MILLI), axis=1)
+            return alloc, used.astype(np.int64) + req.gpu_cards
+        # An extended resource the pod does not request is not scored (kube-scheduler
+        # returns (0, 0) for it).
+        zero = np.zeros(len(rows), np.int64)
+        return zero, zero
+
+    def score(self, state: CycleState, pod: PodInfo, rows: Rows) -> Scores:
+        req = self._requests(state, pod)
+        snap = self.handle.snapshot
+        node_score = np.zeros(len(rows), np.int64)
+        weight_sum = np.zeros(len(rows), np.int64)
+        for name, weight in self.resources:
+            alloc, requested = self._alloc_requested(snap, rows, name, req)
+            scored = alloc > 0
+            safe = np.where(scored, alloc, 1)
+            if self.strategy == LEAST_ALLOCATED:
+                rs = np.where(requested > alloc, 0, ((alloc - requested) * _MAX) // safe)
+            elif self.strategy == MOST_ALLOCATED:
+                # Non-zero defaults can push requested past capacity: clamp, as upstream.
+                rs = (np.minimum(requested, alloc) * _MAX) // safe
+            else:
+                util = np.where(
+                    requested > alloc, MAX_UTILIZATION, (requested * MAX_UTILIZATION) // safe
+                )
+                rs = self._broken_linear(util)
+                # RequestedToCapacityRatio leaves a resource scoring 0 out of the average.
+                scored &= rs > 0
+            node_score += np.where(scored, rs * weight, 0)
+            weight_sum += np.where(scored, weight, 0)
+        has = weight_sum > 0
+        out = np.zeros(len(rows), np.float64)
+        if self.strategy in (LEAST_ALLOCATED, MOST_ALLOCATED):
+            out[has] = node_score[has] // weight_sum[has]
+        else:
+            # math.Round (half away from zero) of a non-negative ratio.
+            out[has] = np.floor(node_score[has] / weight_sum[has] + 0.5)
+        return out
+
+    def _broken_linear(self, p: I64) -> I64:
+        """helper.BuildBrokenLinearFunction over the configured shape, vectorised."""
+        xs, ys = self.shape_x, self.shape_y
+        if len(xs) == 0:
+            return np.zeros_like(p)
+        # First shape point with p <= x; past the last point, the last score.
+        i = np.searchsorted(xs, p, side="left")
+        out: I64 = np.where(i >= len(xs), ys[-1], ys[0])
+        mid = (i > 0) & (i < len(xs))
+        if mid.any():
+            j = i[mid]
+            x0, x1, y0, y1 = xs[j - 1], xs[j], ys[j - 1], ys[j]
+            out[mid] = y0 + _go_div((y1 - y0) * (p[mid] - x0), x1 - x0)
+        return out
