@@ -95,13 +95,15 @@ def default_plugin_names() -> list[str]:
 
 
 def _allocated(name: str, strategy: str) -> dict[str, Any]:
-    """A kube-scheduler-like baseline: the same filters (so a comparison isolates scoring),
-    scored only by NodeResourcesFit's LeastAllocated/MostAllocated over cpu, memory and
-    whole GPUs with equal weights, as kube-scheduler's NodeResourcesFit would with
-    `nvidia.com/gpu` added to its resources."""
+    """A kube-scheduler-like baseline: scored only by NodeResourcesFit's
+    LeastAllocated/MostAllocated over cpu, memory and whole GPUs with equal weights, as
+    kube-scheduler's NodeResourcesFit would with `nvidia.com/gpu` added to its resources.
+    The filters are ours except Thermal, which kube-scheduler has no data for; GPUFit stays
+    because the simulated cluster must not hand out a card twice (a device plugin would not)."""
     return {
         "schedulerName": name,
         "plugins": {
+            "filter": {"disabled": [{"name": "Thermal"}]},
             "preScore": {"disabled": [{"name": "*"}]},
             "score": {
                 "disabled": [{"name": "*"}],

@@ -752,7 +752,7 @@ def validate_profiles(config: SchedulerConfig, registry: Registry) -> None:
     including plugin constructors that reject their args."""
     # Imported here: the framework imports gpusched.config.profile, so importing it at the
     # top would make `import gpusched.core.runtime.framework` re-enter this half-built module.
-    from gpusched.core.runtime.framework import Framework  # noqa: PLC0415
+    from gpusched.core.runtime.framework import Framework
 
     errs = ErrorList()
     handle: Handle = _StubHandle(config.max_cards_per_node)

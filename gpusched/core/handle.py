@@ -11,7 +11,9 @@ from gpusched.model.pod import PodInfo
 
 
 class SchedulerHandle:
-    def __init__(self, cache: ClusterCache, cluster: ClusterPort, clock: Callable[[], float]) -> None:
+    def __init__(
+        self, cache: ClusterCache, cluster: ClusterPort, clock: Callable[[], float]
+    ) -> None:
         self.cache = cache
         self._cluster = cluster
         self._clock = clock

@@ -81,28 +81,58 @@ class SchedulingCycle:
             nominated, pst = fw.run_post_filter(state, pod, diag)
             ns["PostFilter"] = clock() - t2
             status = Status(Code.UNSCHEDULABLE, (diag.message(),), pst.plugin)
-            return Decision(pod, Result.UNSCHEDULABLE, status, state, diagnosis=diag,
-                            nominated=nominated, point_ns=ns)
+            return Decision(
+                pod,
+                Result.UNSCHEDULABLE,
+                status,
+                state,
+                diagnosis=diag,
+                nominated=nominated,
+                point_ns=ns,
+            )
         st = fw.run_pre_score(state, pod, frows)
         if not st.is_success():
-            return Decision(pod, Result.ERROR, st, state, diagnosis=diag, feasible=len(frows), point_ns=ns)
+            return Decision(
+                pod, Result.ERROR, st, state, diagnosis=diag, feasible=len(frows), point_ns=ns
+            )
         scores, st = fw.run_score(state, pod, frows, keep=keep_scores)
         t3 = clock()
         ns["Score"] = t3 - t2
         if scores is None:
-            return Decision(pod, Result.ERROR, st, state, diagnosis=diag, feasible=len(frows), point_ns=ns)
+            return Decision(
+                pod, Result.ERROR, st, state, diagnosis=diag, feasible=len(frows), point_ns=ns
+            )
         row = fw.select(scores)
         node = fw.handle.snapshot.names[row]
         st = fw.run_reserve(state, pod, node)
         if not st.is_success():
-            return Decision(pod, Result.UNSCHEDULABLE if st.is_rejected() else Result.ERROR, st, state,
-                            node=node, diagnosis=diag, scores=scores, feasible=len(frows), point_ns=ns)
+            return Decision(
+                pod,
+                Result.UNSCHEDULABLE if st.is_rejected() else Result.ERROR,
+                st,
+                state,
+                node=node,
+                diagnosis=diag,
+                scores=scores,
+                feasible=len(frows),
+                point_ns=ns,
+            )
         alloc = state.get(ALLOCATION) or Allocation(node, row)
         self.cache.assume(pod, alloc, fw.handle.now() + self.assume_ttl)
         st = fw.run_permit(state, pod, node)
         ns["Reserve+Permit"] = clock() - t3
-        decision = Decision(pod, Result.SCHEDULED, st, state, node=node, alloc=alloc, diagnosis=diag,
-                            scores=scores, feasible=len(frows), point_ns=ns)
+        decision = Decision(
+            pod,
+            Result.SCHEDULED,
+            st,
+            state,
+            node=node,
+            alloc=alloc,
+            diagnosis=diag,
+            scores=scores,
+            feasible=len(frows),
+            point_ns=ns,
+        )
         if st.is_wait():
             decision.result = Result.WAITING
         elif not st.is_success():

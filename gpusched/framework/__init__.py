@@ -2,12 +2,12 @@
 
 from gpusched.framework.cycle_state import CycleState, StateKey
 from gpusched.framework.interfaces import (
-    MAX_NODE_SCORE,
     ALLOCATION,
+    MAX_NODE_SCORE,
     MIN_NODE_SCORE,
     Allocation,
-    ClusterPort,
     BindPlugin,
+    ClusterPort,
     Diagnosis,
     FilterPlugin,
     FilterResult,
@@ -25,18 +25,18 @@ from gpusched.framework.interfaces import (
     QueueSortPlugin,
     ReservePlugin,
     Rows,
-    Scores,
     ScorePlugin,
+    Scores,
 )
 from gpusched.framework.status import Code, Status
 
 __all__ = [
     "ALLOCATION",
-    "ClusterPort",
     "MAX_NODE_SCORE",
     "MIN_NODE_SCORE",
     "Allocation",
     "BindPlugin",
+    "ClusterPort",
     "Code",
     "CycleState",
     "Diagnosis",

@@ -195,6 +195,8 @@ class Diagnosis:
             return f"0/{self.total_nodes} nodes are available: {self.pre_filter_status.message()}."
         parts = sorted((self.reasons or {}).items(), key=lambda kv: (-kv[1], kv[0]))
         body = ", ".join(f"{n} {r}" for r, n in parts)
-        return f"0/{self.total_nodes} nodes are available: {body}." if body else (
-            f"0/{self.total_nodes} nodes are available."
+        return (
+            f"0/{self.total_nodes} nodes are available: {body}."
+            if body
+            else (f"0/{self.total_nodes} nodes are available.")
         )

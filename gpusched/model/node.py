@@ -177,7 +177,9 @@ def node_from_k8s(obj: Mapping[str, Any], topo: TopologyKeys | None = None) -> N
             try:
                 count = int(labels.get(keys.GFD_COUNT, "0"))
             except ValueError:
-                warnings.append(f"label {keys.GFD_COUNT}={labels.get(keys.GFD_COUNT)!r} is not an integer")
+                warnings.append(
+                    f"label {keys.GFD_COUNT}={labels.get(keys.GFD_COUNT)!r} is not an integer"
+                )
                 count = 0
         if count > 0:
             cards, gfd_warnings = _gfd_cards(labels, count)
@@ -191,7 +193,9 @@ def node_from_k8s(obj: Mapping[str, Any], topo: TopologyKeys | None = None) -> N
             f"cards {gpus}..{len(cards) - 1} treated as unavailable"
         )
         cards = tuple(
-            c if c.index < gpus else Card(c.index, c.model, c.memory_mib, c.nvlink_island, c.numa, False, c.uuid)
+            c
+            if c.index < gpus
+            else Card(c.index, c.model, c.memory_mib, c.nvlink_island, c.numa, False, c.uuid)
             for c in cards
         )
 

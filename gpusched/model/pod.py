@@ -42,7 +42,9 @@ class PodRequest:
     memory_bytes: int = 0
     gpu_cards: int = 0  # whole cards (nvidia.com/gpu)
     gpu_milli: int = 0  # share of one card for shared pods, 1..1000
-    gpu_mem_mib: int = 0  # memory of one card for shared pods, 0 = proportional to the share
+    # Shared pods: MiB of one card (0 = proportional to the share). Whole-card pods: the
+    # least memory each card must have ("8 cards of at least 80 GB").
+    gpu_mem_mib: int = 0
     gpu_models: tuple[str, ...] = ()  # any of; empty = any model
     nvlink: NVLink = NVLink.NONE
 
@@ -150,7 +152,9 @@ def pod_resource_requests(spec: Mapping[str, Any], errors: list[str]) -> dict[st
     for name in ("cpu", "memory"):
         if name in pod_level:
             try:
-                total[name] = to_milli(pod_level[name]) if name == "cpu" else to_int(pod_level[name])
+                total[name] = (
+                    to_milli(pod_level[name]) if name == "cpu" else to_int(pod_level[name])
+                )
             except QuantityError as exc:
                 errors.append(f"spec.resources.requests[{name!r}]: {exc}")
     overhead = _resource_list(spec.get("overhead"))
@@ -193,8 +197,8 @@ def _parse_time(raw: Any) -> float:
 def parse_gpu_ids(raw: str) -> tuple[int, ...]:
     """'0,1,3' -> (0, 1, 3); raises ValueError naming the bad part."""
     ids: list[int] = []
-    for part in raw.split(","):
-        part = part.strip()
+    for raw_part in raw.split(","):
+        part = raw_part.strip()
         if not part.isdigit():
             raise ValueError(f"{part!r} is not a card index")
         ids.append(int(part))
@@ -216,19 +220,21 @@ def pod_from_k8s(obj: Mapping[str, Any]) -> PodInfo:
     cards = totals.get(keys.GPU_RESOURCE, 0)
     milli = _int_annotation(ann, keys.GPU_MILLI, 1, FULL_CARD_MILLI, errors)
     gmem = _int_annotation(ann, keys.GPU_MEMORY_MIB, 1, None, errors)
-    if cards and (milli or gmem):
+    if cards and milli:
         errors.append(
-            f"annotation {keys.GPU_MILLI if milli else keys.GPU_MEMORY_MIB} asks for a share of one"
-            f" card but the pod also requests {cards} whole {keys.GPU_RESOURCE}; use one or the other"
+            f"annotation {keys.GPU_MILLI}={ann.get(keys.GPU_MILLI)!r} asks for a share of one card"
+            f" but the pod also requests {cards} whole {keys.GPU_RESOURCE}; use one or the other"
         )
-        milli = gmem = 0
+        milli = 0
 
     models: tuple[str, ...] = ()
     raw_model = ann.get(keys.GPU_MODEL)
     if raw_model is not None:
         parts = tuple(p.strip() for p in str(raw_model).split("|"))
         if not parts or any(not p for p in parts):
-            errors.append(f"annotation {keys.GPU_MODEL}={raw_model!r} must be models separated by '|'")
+            errors.append(
+                f"annotation {keys.GPU_MODEL}={raw_model!r} must be models separated by '|'"
+            )
         else:
             models = parts
 
@@ -236,11 +242,15 @@ def pod_from_k8s(obj: Mapping[str, Any]) -> PodInfo:
     raw_nv = ann.get(keys.NVLINK)
     if raw_nv is not None:
         try:
-            nvlink = {"required": NVLink.REQUIRED, "preferred": NVLink.PREFERRED, "none": NVLink.NONE}[
-                str(raw_nv).strip().lower()
-            ]
+            nvlink = {
+                "required": NVLink.REQUIRED,
+                "preferred": NVLink.PREFERRED,
+                "none": NVLink.NONE,
+            }[str(raw_nv).strip().lower()]
         except KeyError:
-            errors.append(f"annotation {keys.NVLINK}={raw_nv!r} must be required, preferred or none")
+            errors.append(
+                f"annotation {keys.NVLINK}={raw_nv!r} must be required, preferred or none"
+            )
 
     gang: Gang | None = None
     pg = labels.get(keys.POD_GROUP_LABEL)

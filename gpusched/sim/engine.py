@@ -17,6 +17,7 @@ from gpusched.framework.status import Code, Status
 from gpusched.model import keys
 from gpusched.model.node import NodeModel
 from gpusched.model.pod import PodInfo, parse_gpu_ids
+from gpusched.sim.thermal import ThermalModel
 
 
 class VirtualClock:
@@ -49,7 +50,9 @@ class InMemoryCluster:
         ann = {**pod.annotations, **self._pending.pop(pod.uid, {})}
         raw = ann.get(keys.GPU_IDS)
         ids = parse_gpu_ids(raw) if raw else ()
-        bound = dataclasses.replace(pod, node_name=node, annotations=ann, gpu_ids=ids, phase="Running")
+        bound = dataclasses.replace(
+            pod, node_name=node, annotations=ann, gpu_ids=ids, phase="Running"
+        )
         self.bound[pod.uid] = bound
         self.cache.add_or_update_pod(bound)
         return Status()
@@ -67,7 +70,7 @@ class Simulation:
         registry: Registry,
         *,
         seed: int = 0,
-        temperatures: Mapping[str, float] | None = None,
+        idle_temperatures: Mapping[str, float] | None = None,
         max_cards: int = 8,
         tie_break: TieBreak | None = None,
     ) -> None:
@@ -75,9 +78,9 @@ class Simulation:
         self.clock = VirtualClock()
         self.cache = ClusterCache(Snapshot(max_cards, capacity=max(64, len(node_list))))
         for node in node_list:
-            row = self.cache.upsert_node(node)
-            if temperatures and node.name in temperatures:
-                self.cache.snapshot.set_temperature(row, temperatures[node.name])
+            self.cache.upsert_node(node)
+        # Without idle temperatures the nodes report none (NaN): Thermal scores neutral.
+        self.thermal = ThermalModel(self.cache.snapshot, idle_temperatures or {})
         self.cluster = InMemoryCluster(self.cache)
         self.handle = SchedulerHandle(self.cache, self.cluster, self.clock)
         self.fw = Framework(profile, registry, self.handle, seed=seed, tie_break=tie_break)
@@ -94,7 +97,12 @@ class Simulation:
             if not st.is_success():
                 decision.result = Result.ERROR
                 decision.status = st
+            elif decision.alloc is not None:
+                self.thermal.update(decision.alloc.row)
         return decision
 
     def delete(self, uid: str) -> None:
+        entry = self.cache.get(uid)
         self.cluster.delete(uid)
+        if entry is not None and entry.alloc is not None:
+            self.thermal.update(entry.alloc.row)

@@ -16,6 +16,7 @@ import numpy as np
 
 from gpusched.model.node import Card, NodeModel
 from gpusched.model.pod import Gang, NVLink, PodInfo, PodRequest
+from gpusched.sim.thermal import HOT_AMBIENT_C, IDLE_RISE_C, NORMAL_AMBIENT_C
 
 GIB = 1024**3
 
@@ -40,7 +41,8 @@ CPU = NodeKind("cpu", 0, "", 0, 1, 64_000, 256)
 @dataclass(frozen=True, slots=True)
 class Fleet:
     nodes: tuple[NodeModel, ...]
-    temperatures: dict[str, float]
+    # Idle temperature of each GPU node (°C); the thermal model adds the load.
+    idle_temperatures: dict[str, float]
 
     @property
     def gpu_milli_capacity(self) -> int:
@@ -66,13 +68,19 @@ def generate_fleet(
     for r, kind in enumerate(rack_kinds):
         rack = f"rack-{r:02d}"
         spine = f"spine-{r // racks_per_spine}"
-        # A few racks sit near the hot aisle: a higher baseline temperature.
-        base = 38.0 + (22.0 if rng.random() < 0.2 else 0.0)
+        # A few racks sit near the hot aisle (see sim/thermal.py for the model).
+        hot = rng.random() < 0.2
+        base = (HOT_AMBIENT_C if hot else NORMAL_AMBIENT_C) + IDLE_RISE_C
         for i in range(nodes_per_rack):
             name = f"{kind.prefix}-{r:02d}-{i:02d}"
             cards = tuple(
-                Card(index=c, model=kind.model, memory_mib=kind.memory_mib,
-                     nvlink_island=c // kind.island_size, numa=c * 2 // max(1, kind.cards))
+                Card(
+                    index=c,
+                    model=kind.model,
+                    memory_mib=kind.memory_mib,
+                    nvlink_island=c // kind.island_size,
+                    numa=c * 2 // max(1, kind.cards),
+                )
                 for c in range(kind.cards)
             )
             labels = {
@@ -86,22 +94,45 @@ def generate_fleet(
                     "nvidia.com/gpu.count": str(kind.cards),
                     "nvidia.com/gpu.memory": str(kind.memory_mib),
                 }
-            nodes.append(NodeModel(
-                name=name, cpu_milli=kind.cpu_milli, memory_bytes=kind.memory_gib * GIB, pods=110,
-                cards=cards, labels=labels, rack=rack, spine=spine,
-                gpu_source="inventory" if kind.cards else "none",
-            ))
-            temps[name] = float(base + rng.normal(0.0, 4.0))
+            nodes.append(
+                NodeModel(
+                    name=name,
+                    cpu_milli=kind.cpu_milli,
+                    memory_bytes=kind.memory_gib * GIB,
+                    pods=110,
+                    cards=cards,
+                    labels=labels,
+                    rack=rack,
+                    spine=spine,
+                    gpu_source="inventory" if kind.cards else "none",
+                )
+            )
+            if kind.cards:
+                temps[name] = float(base + rng.normal(0.0, 2.0))
     return Fleet(tuple(nodes), temps)
 
 
-def _pod(i: int, req: PodRequest, *, job: str = "", gang: Gang | None = None,
-         priority: int = 0, kind: str = "") -> PodInfo:
+def _pod(
+    i: int,
+    req: PodRequest,
+    *,
+    job: str = "",
+    gang: Gang | None = None,
+    priority: int = 0,
+    kind: str = "",
+) -> PodInfo:
     name = f"{kind}-{i:05d}"
     return PodInfo(
-        uid=f"uid-{name}", namespace="demo", name=name, request=req,
-        scheduler_name="ai-scheduler", priority=priority, created=float(i),
-        labels={"ai.training/job-id": job} if job else {}, gang=gang, job_id=job,
+        uid=f"uid-{name}",
+        namespace="demo",
+        name=name,
+        request=req,
+        scheduler_name="ai-scheduler",
+        priority=priority,
+        created=float(i),
+        labels={"ai.training/job-id": job} if job else {},
+        gang=gang,
+        job_id=job,
         tenant="demo",
     )
 
@@ -129,17 +160,26 @@ def generate_workload(fleet: Fleet, seed: int = 1, load: float = 1.1) -> list[Po
             kind = f"train{k}"
             nv = NVLink.PREFERRED if k > 1 else NVLink.NONE
             for j in range(p):
-                req = PodRequest(cpu_milli=k * 8000, memory_bytes=k * 64 * GIB, gpu_cards=k, nvlink=nv)
+                req = PodRequest(
+                    cpu_milli=k * 8000, memory_bytes=k * 64 * GIB, gpu_cards=k, nvlink=nv
+                )
                 pods.append(_pod(i + j, req, job=job, priority=100, kind=kind))
                 demand += k * 1000
         elif u < 0.85:
-            milli = int(rng.choice([100, 200, 250, 300, 500, 700], p=[0.2, 0.2, 0.2, 0.1, 0.2, 0.1]))
+            milli = int(
+                rng.choice([100, 200, 250, 300, 500, 700], p=[0.2, 0.2, 0.2, 0.1, 0.2, 0.1])
+            )
             models: tuple[str, ...] = ()
             if rng.random() < 0.15:
                 models = (T4.model, V100.model)
             mem = int(rng.choice([0, 4096, 8192])) if rng.random() < 0.3 else 0
-            req = PodRequest(cpu_milli=2000, memory_bytes=8 * GIB, gpu_milli=milli,
-                             gpu_mem_mib=mem, gpu_models=models)
+            req = PodRequest(
+                cpu_milli=2000,
+                memory_bytes=8 * GIB,
+                gpu_milli=milli,
+                gpu_mem_mib=mem,
+                gpu_models=models,
+            )
             pods.append(_pod(i, req, kind="infer"))
             demand += milli
         else:

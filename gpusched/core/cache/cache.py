@@ -174,12 +174,15 @@ class ClusterCache:
     def _take(self, entry: PodEntry, alloc: Allocation) -> None:
         snap = self.snapshot
         req = entry.pod.request
-        snap.apply(alloc.row, req.cpu_milli, req.memory_bytes, alloc.cards, alloc.milli, alloc.mem_mib)
+        snap.apply(
+            alloc.row, req.cpu_milli, req.memory_bytes, alloc.cards, alloc.milli, alloc.mem_mib
+        )
         if alloc.cards and (snap.card_free_milli[alloc.row, list(alloc.cards)] < 0).any():
             # The API is the truth: keep the pod, but say the node is over-committed.
             self.stats.over_allocated += 1
             self.stats.warnings.append(
-                f"pod {entry.pod.key} on {alloc.node} cards {list(alloc.cards)} over-allocates a card"
+                f"pod {entry.pod.key} on {alloc.node} cards {list(alloc.cards)}"
+                " over-allocates a card"
             )
         entry.alloc = alloc
         self._job_add(entry.pod, alloc.row, 1)
@@ -195,7 +198,9 @@ class ClusterCache:
         if entry.alloc is not None:
             a = entry.alloc
             req = entry.pod.request
-            self.snapshot.apply(a.row, req.cpu_milli, req.memory_bytes, a.cards, a.milli, a.mem_mib, -1)
+            self.snapshot.apply(
+                a.row, req.cpu_milli, req.memory_bytes, a.cards, a.milli, a.mem_mib, -1
+            )
             self._job_add(entry.pod, a.row, -1)
 
     def _job_add(self, pod: PodInfo, row: int, delta: int) -> None:
@@ -230,7 +235,9 @@ class ClusterCache:
                 need = max(1, req.gpu_milli)
                 fitting = [c for c in range(n_cards) if free[c] >= need]
                 pool = fitting or list(range(n_cards))
-                ids = [min(pool, key=lambda c: (int(free[c]) - need if c in fitting else 10**6, c))][:1]
+                ids = [
+                    min(pool, key=lambda c: (int(free[c]) - need if c in fitting else 10**6, c))
+                ][:1]
         milli: list[int] = []
         mem: list[int] = []
         for c in ids:

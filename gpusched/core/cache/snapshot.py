@@ -155,8 +155,12 @@ class Snapshot:
             used_mem = int(self.node_mem_alloc[row] - self.node_mem_free[row])
             used_pods = int(self.node_pods_alloc[row] - self.node_pods_free[row])
             has = self.card_model[row] != NO_CARD
-            used_milli = np.where(has, FULL_CARD_MILLI - self.card_free_milli[row], 0).astype(np.int32)
-            used_cmem = np.where(has, self.card_total_mem[row] - self.card_free_mem[row], 0).astype(np.int32)
+            used_milli = np.where(has, FULL_CARD_MILLI - self.card_free_milli[row], 0).astype(
+                np.int32
+            )
+            used_cmem = np.where(has, self.card_total_mem[row] - self.card_free_mem[row], 0).astype(
+                np.int32
+            )
         old = self.nodes[row]
         self.nodes[row] = node
 

@@ -35,8 +35,8 @@ from gpusched.framework.interfaces import (
     QueueSortPlugin,
     ReservePlugin,
     Rows,
-    Scores,
     ScorePlugin,
+    Scores,
 )
 from gpusched.framework.status import Code, Status
 from gpusched.model.pod import PodInfo
@@ -115,7 +115,9 @@ class Framework:
             try:
                 spec = registry.get(name)
             except KeyError as exc:
-                raise ConfigError(f"profiles[{profile.scheduler_name}].plugins", str(exc.args[0])) from None
+                raise ConfigError(
+                    f"profiles[{profile.scheduler_name}].plugins", str(exc.args[0])
+                ) from None
             args = profile.plugin_args.get(name)
             if args is None and spec.args_type is not None:
                 args = spec.args_type()
@@ -151,7 +153,13 @@ class Framework:
                     f"profiles[{profile.scheduler_name}].plugins.score.enabled[{ref.name}].weight",
                     f"every Score plugin needs a positive weight, got {ref.weight!r}",
                 )
-        self.score = list(zip(at(Point.SCORE), [float(r.weight or 0) for r in profile.enabled(Point.SCORE)], strict=True))
+        self.score = list(
+            zip(
+                at(Point.SCORE),
+                [float(r.weight or 0) for r in profile.enabled(Point.SCORE)],
+                strict=True,
+            )
+        )
         self.reserve: list[ReservePlugin] = at(Point.RESERVE)
         self.permit: list[PermitPlugin] = at(Point.PERMIT)
         self.pre_bind: list[PreBindPlugin] = at(Point.PRE_BIND)
@@ -188,7 +196,9 @@ class Framework:
             try:
                 res, st = p.pre_filter(state, pod)
             except Exception as exc:  # a plugin bug must not take the scheduler down
-                return None, Status(Code.ERROR, (f"{p.name} PreFilter raised {exc!r}",), p.name, exc)
+                return None, Status(
+                    Code.ERROR, (f"{p.name} PreFilter raised {exc!r}",), p.name, exc
+                )
             self.timings.add("PreFilter", p.name, clock() - t0)
             if st.is_skip():
                 state.skip_filter.add(p.name)
@@ -239,7 +249,9 @@ class Framework:
             mask = mask & res.feasible
         return mask, diag
 
-    def run_post_filter(self, state: CycleState, pod: PodInfo, diag: Diagnosis) -> tuple[str | None, Status]:
+    def run_post_filter(
+        self, state: CycleState, pod: PodInfo, diag: Diagnosis
+    ) -> tuple[str | None, Status]:
         last = Status(Code.UNSCHEDULABLE, (diag.message(),))
         for p in self.post_filter:
             t0 = time.perf_counter_ns()
@@ -281,13 +293,16 @@ class Framework:
             self.timings.add("Score", p.name, clock() - t0)
             if len(norm) != len(rows):
                 return None, Status(
-                    Code.ERROR, (f"{p.name} returned {len(norm)} scores for {len(rows)} nodes",), p.name
+                    Code.ERROR,
+                    (f"{p.name} returned {len(norm)} scores for {len(rows)} nodes",),
+                    p.name,
                 )
             if len(norm) and (norm.min() < MIN_NODE_SCORE or norm.max() > MAX_NODE_SCORE):
                 return None, Status(
                     Code.ERROR,
                     (
-                        f"{p.name} scored outside [0, 100]: min {norm.min():.3g}, max {norm.max():.3g}",
+                        f"{p.name} scored outside [0, 100]:"
+                        f" min {norm.min():.3g}, max {norm.max():.3g}",
                     ),
                     p.name,
                 )
@@ -320,7 +335,9 @@ class Framework:
         self._unreserve(self.reserve, state, pod, node)
 
     @staticmethod
-    def _unreserve(plugins: Sequence[ReservePlugin], state: CycleState, pod: PodInfo, node: str) -> None:
+    def _unreserve(
+        plugins: Sequence[ReservePlugin], state: CycleState, pod: PodInfo, node: str
+    ) -> None:
         # Reverse order, as kube-scheduler does, so later reservations are undone first.
         for p in reversed(plugins):
             p.unreserve(state, pod, node)

@@ -66,7 +66,9 @@ class WaitingPod:
         loop = asyncio.get_running_loop()
         self._future = loop.create_future()
         try:
-            return await asyncio.wait_for(asyncio.shield(self._future), max(0.0, self.deadline - now))
+            return await asyncio.wait_for(
+                asyncio.shield(self._future), max(0.0, self.deadline - now)
+            )
         except TimeoutError:
             status = self._timeout_status()
             self._resolve(status)

@@ -44,11 +44,17 @@ class FakeHandle:
         return np.empty(0, np.intp)
 
 
-def gpu_node(name: str, cards: int = 8, mem: int = 81920, model: str = "A100", rack: str = "") -> NodeModel:
+def gpu_node(
+    name: str, cards: int = 8, mem: int = 81920, model: str = "A100", rack: str = ""
+) -> NodeModel:
     return NodeModel(
-        name=name, cpu_milli=64_000, memory_bytes=512 * 2**30, pods=110,
+        name=name,
+        cpu_milli=64_000,
+        memory_bytes=512 * 2**30,
+        pods=110,
         cards=tuple(Card(i, model, mem, nvlink_island=i // 4) for i in range(cards)),
-        rack=rack, labels={"rack": rack} if rack else {},
+        rack=rack,
+        labels={"rack": rack} if rack else {},
     )
 
 

@@ -84,7 +84,9 @@ def test_pod_without_ids_is_inferred_best_fit() -> None:
 
 def test_pods_before_their_node_are_counted_when_it_arrives() -> None:
     c = cache_with()
-    c.add_or_update_pod(replace(make_pod("w", gpu_cards=1, cpu_milli=500), node_name="late", gpu_ids=(0,)))
+    c.add_or_update_pod(
+        replace(make_pod("w", gpu_cards=1, cpu_milli=500), node_name="late", gpu_ids=(0,))
+    )
     row = c.upsert_node(gpu_node("late"))
     assert c.snapshot.card_free_milli[row, 0] == 0
     assert c.snapshot.node_cpu_free[row] == 63_500
@@ -93,9 +95,14 @@ def test_pods_before_their_node_are_counted_when_it_arrives() -> None:
 def test_node_update_keeps_usage_and_removal_frees_row() -> None:
     c = cache_with("a")
     row = c.snapshot.row_of("a")
-    c.add_or_update_pod(replace(make_pod("w", gpu_cards=1, cpu_milli=500), node_name="a", gpu_ids=(0,)))
-    bigger = replace(gpu_node("a"), cpu_milli=128_000, cards=tuple(
-        replace(card, healthy=card.index != 7) for card in gpu_node("a").cards))
+    c.add_or_update_pod(
+        replace(make_pod("w", gpu_cards=1, cpu_milli=500), node_name="a", gpu_ids=(0,))
+    )
+    bigger = replace(
+        gpu_node("a"),
+        cpu_milli=128_000,
+        cards=tuple(replace(card, healthy=card.index != 7) for card in gpu_node("a").cards),
+    )
     assert c.upsert_node(bigger) == row
     assert c.snapshot.node_cpu_free[row] == 127_500
     assert c.snapshot.card_free_milli[row, 0] == 0

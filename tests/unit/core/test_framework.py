@@ -53,8 +53,13 @@ def test_valid_profile_builds() -> None:
 
 
 def test_two_queue_sorts_refused() -> None:
-    p = Profile("test", {Point.QUEUE_SORT: (PluginRef("Sort"), PluginRef("Sort")),
-                         Point.BIND: (PluginRef("Binder"),)})
+    p = Profile(
+        "test",
+        {
+            Point.QUEUE_SORT: (PluginRef("Sort"), PluginRef("Sort")),
+            Point.BIND: (PluginRef("Binder"),),
+        },
+    )
     with pytest.raises(ConfigError, match=r"plugins\.queueSort: exactly one QueueSort plugin"):
         Framework(p, registry(), handle())
 
@@ -115,7 +120,9 @@ def test_score_out_of_range_is_an_error_naming_the_plugin() -> None:
 
 
 def test_ties_are_broken_among_the_best_only() -> None:
-    fw = Framework(profile(score=(PluginRef("ReverseRowScore", 1.0),)), registry(), handle(6), seed=3)
+    fw = Framework(
+        profile(score=(PluginRef("ReverseRowScore", 1.0),)), registry(), handle(6), seed=3
+    )
     h = fw.handle
     res, _ = fw.run_score(CycleState(), make_pod(), np.arange(6, dtype=np.intp))
     assert res is not None

@@ -10,19 +10,38 @@ from gpusched.model import keys
 from gpusched.model.node import TopologyKeys, node_from_k8s
 
 
-def node(annotations: dict[str, str] | None = None, labels: dict[str, str] | None = None,
-         gpus: str | None = "4", **spec: Any) -> dict[str, Any]:
+def node(
+    annotations: dict[str, str] | None = None,
+    labels: dict[str, str] | None = None,
+    gpus: str | None = "4",
+    **spec: Any,
+) -> dict[str, Any]:
     alloc = {"cpu": "32", "memory": "256Gi", "pods": "110"}
     if gpus is not None:
         alloc[keys.GPU_RESOURCE] = gpus
-    return {"metadata": {"name": "n1", "annotations": annotations or {}, "labels": labels or {}},
-            "spec": spec, "status": {"allocatable": alloc}}
+    return {
+        "metadata": {"name": "n1", "annotations": annotations or {}, "labels": labels or {}},
+        "spec": spec,
+        "status": {"allocatable": alloc},
+    }
 
 
 def inventory(n: int = 4, **over: Any) -> str:
-    return orjson.dumps([{"index": i, "uuid": f"GPU-{i}", "model": "A100", "memoryMiB": 81920,
-                          "nvlinkIsland": i // 2, "numa": 0, "healthy": True, **over}
-                         for i in range(n)]).decode()
+    return orjson.dumps(
+        [
+            {
+                "index": i,
+                "uuid": f"GPU-{i}",
+                "model": "A100",
+                "memoryMiB": 81920,
+                "nvlinkIsland": i // 2,
+                "numa": 0,
+                "healthy": True,
+                **over,
+            }
+            for i in range(n)
+        ]
+    ).decode()
 
 
 def test_inventory_annotation() -> None:
@@ -30,13 +49,23 @@ def test_inventory_annotation() -> None:
     m = node_from_k8s(n)
     assert m.gpu_source == "inventory" and m.warnings == ()
     assert [c.nvlink_island for c in m.cards] == [0, 0, 1, 1]
-    assert (m.cpu_milli, m.memory_bytes, m.pods, m.rack, m.spine) == (32000, 256 * 2**30, 110, "r1", "s1")
+    assert (m.cpu_milli, m.memory_bytes, m.pods, m.rack, m.spine) == (
+        32000,
+        256 * 2**30,
+        110,
+        "r1",
+        "s1",
+    )
 
 
 def test_gfd_fallback_identical_cards() -> None:
-    m = node_from_k8s(node(labels={keys.GFD_PRODUCT: "Tesla-T4", keys.GFD_MEMORY: "15360"}, gpus="2"))
+    m = node_from_k8s(
+        node(labels={keys.GFD_PRODUCT: "Tesla-T4", keys.GFD_MEMORY: "15360"}, gpus="2")
+    )
     assert m.gpu_source == "gfd"
-    assert [(c.model, c.memory_mib, c.nvlink_island) for c in m.cards] == [("Tesla-T4", 15360, -1)] * 2
+    assert [(c.model, c.memory_mib, c.nvlink_island) for c in m.cards] == [
+        ("Tesla-T4", 15360, -1)
+    ] * 2
 
 
 def test_gfd_without_memory_warns() -> None:
@@ -64,7 +93,9 @@ def test_cpu_node_and_custom_topology_keys() -> None:
 
 
 def test_taints_and_unschedulable() -> None:
-    m = node_from_k8s(node(taints=[{"key": "k", "value": "v", "effect": "NoSchedule"}], unschedulable=True))
+    m = node_from_k8s(
+        node(taints=[{"key": "k", "value": "v", "effect": "NoSchedule"}], unschedulable=True)
+    )
     assert m.unschedulable and m.taints[0].effect == "NoSchedule"
 
 

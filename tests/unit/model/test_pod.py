@@ -18,14 +18,25 @@ def pod(
     **spec: Any,
 ) -> dict[str, Any]:
     return {
-        "metadata": {"name": "p", "namespace": "ns", "uid": "u1",
-                     "annotations": annotations or {}, "labels": labels or {}},
+        "metadata": {
+            "name": "p",
+            "namespace": "ns",
+            "uid": "u1",
+            "annotations": annotations or {},
+            "labels": labels or {},
+        },
         "spec": {"containers": containers or [], "initContainers": init or [], **spec},
     }
 
 
-def c(cpu: str | None = None, mem: str | None = None, gpu: int | None = None, *,
-      limits_only: bool = False, restart: str | None = None) -> dict[str, Any]:
+def c(
+    cpu: str | None = None,
+    mem: str | None = None,
+    gpu: int | None = None,
+    *,
+    limits_only: bool = False,
+    restart: str | None = None,
+) -> dict[str, Any]:
     res: dict[str, Any] = {}
     if cpu:
         res["cpu"] = cpu
@@ -80,13 +91,25 @@ def test_pod_level_resources_replace_container_sum() -> None:
 
 
 def test_shared_gpu_annotations() -> None:
-    p = pod_from_k8s(pod([c("1")], annotations={
-        keys.GPU_MILLI: "250", keys.GPU_MEMORY_MIB: "20480",
-        keys.GPU_MODEL: "V100M16|V100M32", keys.NVLINK: "preferred"}))
+    p = pod_from_k8s(
+        pod(
+            [c("1")],
+            annotations={
+                keys.GPU_MILLI: "250",
+                keys.GPU_MEMORY_MIB: "20480",
+                keys.GPU_MODEL: "V100M16|V100M32",
+                keys.NVLINK: "preferred",
+            },
+        )
+    )
     assert p.errors == ()
     r = p.request
     assert (r.gpu_milli, r.gpu_mem_mib, r.gpu_models, r.nvlink) == (
-        250, 20480, ("V100M16", "V100M32"), NVLink.PREFERRED)
+        250,
+        20480,
+        ("V100M16", "V100M32"),
+        NVLink.PREFERRED,
+    )
     assert r.kind is GpuKind.SHARED
 
 
@@ -98,7 +121,10 @@ def test_shared_gpu_annotations() -> None:
         ({keys.GPU_MILLI: "1001"}, "out of range"),
         ({keys.GPU_MEMORY_MIB: "-5"}, "gpusched.io/gpu-memory-mib='-5' is out of range"),
         ({keys.GPU_MODEL: "A100||H100"}, "gpusched.io/gpu-model='A100||H100'"),
-        ({keys.NVLINK: "always"}, "gpusched.io/nvlink='always' must be required, preferred or none"),
+        (
+            {keys.NVLINK: "always"},
+            "gpusched.io/nvlink='always' must be required, preferred or none",
+        ),
         ({keys.GANG_NAME: "g"}, "needs scheduling.ai/gang-total"),
         ({keys.GANG_NAME: "g", keys.GANG_TOTAL: "x"}, "scheduling.ai/gang-total='x'"),
         ({keys.GANG_TOTAL: "3"}, "without scheduling.ai/gang-name"),
@@ -117,8 +143,14 @@ def test_malformed_annotations_become_errors_naming_key_and_value(
 
 def test_share_and_whole_cards_together_is_an_error() -> None:
     p = pod_from_k8s(pod([c("1", gpu=1)], annotations={keys.GPU_MILLI: "500"}))
-    assert any("use one or the other" in e for e in p.errors)
+    assert any("gpu-milli='500'" in e and "use one or the other" in e for e in p.errors)
     assert p.request.gpu_milli == 0
+
+
+def test_whole_cards_with_a_memory_floor() -> None:
+    p = pod_from_k8s(pod([c("1", gpu=2)], annotations={keys.GPU_MEMORY_MIB: "81920"}))
+    assert p.errors == ()
+    assert (p.request.gpu_cards, p.request.gpu_mem_mib, p.request.kind) == (2, 81920, GpuKind.WHOLE)
 
 
 def test_malformed_quantity_is_an_error_not_an_exception() -> None:
@@ -127,12 +159,19 @@ def test_malformed_quantity_is_an_error_not_an_exception() -> None:
 
 
 def test_gang_and_identity() -> None:
-    p = pod_from_k8s(pod([c("1")], labels={keys.POD_GROUP_LABEL: "pg1", keys.TENANT_LABEL: "team-a"}))
+    p = pod_from_k8s(
+        pod([c("1")], labels={keys.POD_GROUP_LABEL: "pg1", keys.TENANT_LABEL: "team-a"})
+    )
     assert p.gang is not None and p.gang.name == "ns/pg1" and p.gang.min_member == 0
     assert p.job_id == "ns/pg1"
     assert p.tenant == "team-a"
-    q = pod_from_k8s(pod([c("1")], annotations={keys.GANG_NAME: "g", keys.GANG_TOTAL: "4"},
-                         labels={keys.JOB_ID_LABEL: "job-7"}))
+    q = pod_from_k8s(
+        pod(
+            [c("1")],
+            annotations={keys.GANG_NAME: "g", keys.GANG_TOTAL: "4"},
+            labels={keys.JOB_ID_LABEL: "job-7"},
+        )
+    )
     assert q.gang is not None and q.gang.min_member == 4
     assert q.job_id == "job-7"
     assert q.tenant == "ns"

@@ -7,8 +7,17 @@ from gpusched.model.quantity import QuantityError, parse_quantity, to_int, to_mi
 
 @pytest.mark.parametrize(
     ("raw", "milli"),
-    [("1", 1000), ("500m", 500), ("0.1", 100), ("1.5", 1500), ("2e3", 2_000_000), (2, 2000),
-     ("100u", 1), ("1n", 1), (".5", 500)],
+    [
+        ("1", 1000),
+        ("500m", 500),
+        ("0.1", 100),
+        ("1.5", 1500),
+        ("2e3", 2_000_000),
+        (2, 2000),
+        ("100u", 1),
+        ("1n", 1),
+        (".5", 500),
+    ],
 )
 def test_cpu_milli_rounds_up_like_kubernetes(raw: object, milli: int) -> None:
     assert to_milli(raw) == milli
@@ -16,8 +25,17 @@ def test_cpu_milli_rounds_up_like_kubernetes(raw: object, milli: int) -> None:
 
 @pytest.mark.parametrize(
     ("raw", "value"),
-    [("1Gi", 2**30), ("512Mi", 512 * 2**20), ("1G", 10**9), ("1.5Ki", 1536), ("1k", 1000),
-     ("0.5", 1), ("123", 123), ("1E", 10**18), ("1e2", 100)],
+    [
+        ("1Gi", 2**30),
+        ("512Mi", 512 * 2**20),
+        ("1G", 10**9),
+        ("1.5Ki", 1536),
+        ("1k", 1000),
+        ("0.5", 1),
+        ("123", 123),
+        ("1E", 10**18),
+        ("1e2", 100),
+    ],
 )
 def test_memory_bytes(raw: str, value: int) -> None:
     assert to_int(raw) == value

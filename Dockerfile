@@ -1,0 +1,17 @@
+# gpusched scheduler image. Build: docker build -t gpusched:dev .
+# Two stages so the runtime image carries no compiler or pip cache.
+FROM python:3.11-slim AS build
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY gpusched ./gpusched
+RUN pip wheel --no-cache-dir --wheel-dir /wheels .
+
+FROM python:3.11-slim
+RUN useradd --uid 65532 --no-create-home --shell /usr/sbin/nologin gpusched
+COPY --from=build /wheels /wheels
+RUN pip install --no-cache-dir /wheels/*.whl && rm -rf /wheels
+# numba caches compiled kernels next to the package, which is read-only here.
+ENV NUMBA_CACHE_DIR=/tmp/numba-cache PYTHONUNBUFFERED=1
+USER 65532
+ENTRYPOINT ["gpusched"]
+CMD ["run"]

@@ -1,0 +1,141 @@
+"""The `gpusched` command: simulate | check-config (more subcommands arrive with their issues)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+)
+from rich.table import Table
+
+DEMO_PROFILES = ("ai-scheduler", "least-allocated", "most-allocated")
+
+
+def _cmd_simulate(args: argparse.Namespace) -> int:
+    from gpusched.config import builtin_profile
+    from gpusched.plugins import default_registry
+    from gpusched.sim.demo import DemoResult, run_profile
+    from gpusched.sim.generator import generate_fleet, generate_workload
+
+    # Wide enough that the table never wraps its labels, also when piped.
+    console = Console(width=max(100, Console().width))
+    registry = default_registry()
+    fleet = generate_fleet(seed=args.seed, racks=args.racks, nodes_per_rack=args.nodes_per_rack)
+    pods = generate_workload(fleet, seed=args.seed, load=args.load)
+    console.print(
+        f"fleet: {len(fleet.nodes)} nodes, {fleet.gpu_milli_capacity // 1000} GPUs"
+        f" in {args.racks} racks;"
+        f" workload: {len(pods)} pods, GPU demand {args.load:.0%} of capacity (seed {args.seed})"
+    )
+    results: list[DemoResult] = []
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+        disable=not console.is_terminal,
+    ) as progress:
+        for name in args.profiles:
+            profile = builtin_profile(name, registry)
+            task = progress.add_task(name, total=len(pods))
+
+            def advance(i: int, task: TaskID = task) -> None:
+                progress.update(task, completed=i)
+
+            results.append(
+                run_profile(
+                    fleet,
+                    pods,
+                    profile,
+                    registry,
+                    seed=args.seed,
+                    progress=advance,
+                )
+            )
+            progress.update(task, completed=len(pods))
+    console.print(_table(results))
+    return 0 if all(r.errors == 0 for r in results) else 1
+
+
+def _table(results: Sequence[object]) -> Table:
+    from gpusched.sim.demo import DemoResult
+
+    rs = [r for r in results if isinstance(r, DemoResult)]
+    table = Table(title="ai-scheduler vs kube-scheduler-like scoring (same fleet, same arrivals)")
+    table.add_column("metric")
+    for r in rs:
+        table.add_column(r.profile, justify="right")
+
+    def row(label: str, fmt: object) -> None:
+        table.add_row(label, *[fmt(r) if callable(fmt) else str(fmt) for r in rs])
+
+    row("GPU allocation rate", lambda r: f"{r.gpu_allocation_pct:.1f}%")
+    for kind, label in (("whole", "whole-card"), ("shared", "shared"), ("cpu", "CPU-only")):
+        row(
+            f"{label} pods left unplaced",
+            lambda r, k=kind: f"{r.unplaced.get(k, 0)} / {r.submitted.get(k, 0)}",
+        )
+    row(
+        "8-card whole-node job success",
+        lambda r: f"{r.whole_node_success_pct:.1f}% ({r.whole_node_jobs_ok}/{r.whole_node_jobs})",
+    )
+    row("job pods in their most common rack", lambda r: f"{r.same_rack_pct:.1f}%")
+    row("hottest node at the end", lambda r: f"{r.hottest_used_c:.1f} °C")
+    row("scheduling time per pod", lambda r: f"{r.us_per_pod:.0f} µs")
+    return table
+
+
+def _cmd_check_config(args: argparse.Namespace) -> int:
+    from gpusched.config import check_config_main
+    from gpusched.plugins import default_registry
+
+    return check_config_main(args.file, default_registry())
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="gpusched", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    sim = sub.add_parser("simulate", help="run the scheduler over a simulated cluster")
+    sim.add_argument("--seed", type=int, default=1)
+    sim.add_argument("--racks", type=int, default=16)
+    sim.add_argument("--nodes-per-rack", type=int, default=8)
+    sim.add_argument(
+        "--load",
+        type=float,
+        default=1.1,
+        help="GPU demand of the workload as a multiple of capacity",
+    )
+    sim.add_argument(
+        "--profiles",
+        type=lambda s: tuple(s.split(",")),
+        default=DEMO_PROFILES,
+        help="comma-separated built-in profiles",
+    )
+    sim.set_defaults(func=_cmd_simulate)
+
+    chk = sub.add_parser("check-config", help="validate a scheduler configuration file")
+    chk.add_argument("file")
+    chk.set_defaults(func=_cmd_check_config)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    rc: int = args.func(args)
+    return rc
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

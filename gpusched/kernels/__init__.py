@@ -1,0 +1,59 @@
+"""Scheduling kernels: numba ``*_nb`` kernels over the snapshot's numpy columns, each with a
+pure NumPy ``*_np`` twin that gives identical results (the property tests compare them).
+
+See README.md beside this file for what each kernel computes and the twin rule.
+"""
+
+from gpusched.kernels.best_fit_score import best_fit_score_nb, best_fit_score_np
+from gpusched.kernels.choose_cards import choose_cards_nb, choose_cards_np
+from gpusched.kernels.fit_resources import (
+    REASON_CPU,
+    REASON_MEMORY,
+    REASON_NOT_EVALUATED,
+    REASON_OK,
+    REASON_PODS,
+    fit_resources_nb,
+    fit_resources_np,
+)
+from gpusched.kernels.frag_score import frag_score_nb, frag_score_np
+from gpusched.kernels.gpu_summary import gpu_summary_nb, gpu_summary_np
+from gpusched.kernels.least_allocated import least_allocated_nb, least_allocated_np
+from gpusched.kernels.most_allocated import most_allocated_nb, most_allocated_np
+from gpusched.kernels.packing_score import packing_score_nb, packing_score_np
+from gpusched.kernels.thermal_filter import thermal_filter_nb, thermal_filter_np
+from gpusched.kernels.thermal_score import (
+    COOL_C,
+    RED_LINE_C,
+    thermal_score_nb,
+    thermal_score_np,
+)
+
+__all__ = [
+    "COOL_C",
+    "REASON_CPU",
+    "REASON_MEMORY",
+    "REASON_NOT_EVALUATED",
+    "REASON_OK",
+    "REASON_PODS",
+    "RED_LINE_C",
+    "best_fit_score_nb",
+    "best_fit_score_np",
+    "choose_cards_nb",
+    "choose_cards_np",
+    "fit_resources_nb",
+    "fit_resources_np",
+    "frag_score_nb",
+    "frag_score_np",
+    "gpu_summary_nb",
+    "gpu_summary_np",
+    "least_allocated_nb",
+    "least_allocated_np",
+    "most_allocated_nb",
+    "most_allocated_np",
+    "packing_score_nb",
+    "packing_score_np",
+    "thermal_filter_nb",
+    "thermal_filter_np",
+    "thermal_score_nb",
+    "thermal_score_np",
+]

@@ -1,0 +1,35 @@
+"""Built-in plugins, one folder each; `default_registry()` registers them all."""
+
+from __future__ import annotations
+
+from gpusched.core.runtime.registry import Registry
+from gpusched.plugins.default_binder import DefaultBinder
+from gpusched.plugins.gpu_fit import GPUFit
+from gpusched.plugins.gpu_fragmentation import GPUFragmentation
+from gpusched.plugins.network_locality import NetworkLocality
+from gpusched.plugins.node_affinity import NodeAffinity
+from gpusched.plugins.node_resources_fit import NodeResourcesFit
+from gpusched.plugins.node_unschedulable import NodeUnschedulable
+from gpusched.plugins.priority_sort import PrioritySort
+from gpusched.plugins.taint_toleration import TaintToleration
+from gpusched.plugins.thermal import Thermal
+
+BUILTIN = (
+    PrioritySort,
+    NodeUnschedulable,
+    NodeResourcesFit,
+    TaintToleration,
+    NodeAffinity,
+    GPUFit,
+    GPUFragmentation,
+    Thermal,
+    NetworkLocality,
+    DefaultBinder,
+)
+
+
+def default_registry() -> Registry:
+    registry = Registry()
+    for cls in BUILTIN:
+        registry.register(cls)
+    return registry

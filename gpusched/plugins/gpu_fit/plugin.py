@@ -1,0 +1,158 @@
+"""GPUFit: per-card GPU feasibility (Filter), card choice (Reserve), gpu-ids (PreBind).
+
+kube-scheduler sees `nvidia.com/gpu: 8` as a count; this plugin sees every card, so a
+whole-card pod needs intact cards (free share 1000) of an allowed model, and a shared pod
+needs one card with enough free share and memory. The cards are chosen at Reserve, in the
+same code for the simulator and the daemon, and written to the pod as
+`gpusched.io/gpu-ids` before Bind so a device plugin or webhook can honour them.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import numpy as np
+
+from gpusched.framework.cycle_state import CycleState
+from gpusched.framework.interfaces import (
+    ALLOCATION,
+    Allocation,
+    FilterResult,
+    Handle,
+    Mask,
+    PreFilterResult,
+)
+from gpusched.framework.status import Code, Status
+from gpusched.kernels import choose_cards_nb, choose_cards_np
+from gpusched.kernels.dispatch import pick
+from gpusched.model import keys
+from gpusched.model.pod import PodInfo
+from gpusched.model.share import share_on_card
+from gpusched.plugins.gpu_fit.state import (
+    CARD_HINT,
+    GPU_REQUEST,
+    GPU_SUMMARY,
+    compute_summary,
+    gpu_request,
+)
+
+choose_cards = pick(choose_cards_nb, choose_cards_np)
+
+INSUFFICIENT_WHOLE = f"Insufficient {keys.GPU_RESOURCE}"
+INSUFFICIENT_SHARE = "Insufficient GPU share (no single card with enough free share and memory)"
+NO_ISLAND = "node(s) had no NVLink island with enough free cards"
+NO_GPU = "node(s) had no GPU"
+NO_HEALTHY = "node(s) had no healthy GPU"
+
+
+class GPUFit:
+    name: ClassVar[str] = "GPUFit"
+
+    def __init__(self, args: object, handle: Handle) -> None:
+        self.handle = handle
+
+    def pre_filter(self, state: CycleState, pod: PodInfo) -> tuple[PreFilterResult | None, Status]:
+        request = gpu_request(self.handle.snapshot, pod)
+        if request is None:
+            return None, Status(Code.SKIP)
+        if pod.request.gpu_models and not request.allowed.any():
+            return None, Status(
+                Code.UNSCHEDULABLE_AND_UNRESOLVABLE,
+                (f"no node has a GPU of model {'|'.join(pod.request.gpu_models)}",),
+            )
+        state.write(GPU_REQUEST, request)
+        return None, Status()
+
+    def filter(self, state: CycleState, pod: PodInfo, candidates: Mask) -> FilterResult:
+        snap = self.handle.snapshot
+        request = state.read(GPU_REQUEST)
+        summary = compute_summary(snap, request, candidates)
+        state.write(GPU_SUMMARY, summary)
+        rejected = candidates & ~summary.fit
+        if not rejected.any():
+            return FilterResult(summary.fit)
+        # Reason per rejected row, in the order an operator would fix things.
+        models = pod.request.gpu_models
+        reasons = (
+            INSUFFICIENT_WHOLE if request.cards else INSUFFICIENT_SHARE,
+            NO_ISLAND,
+            NO_GPU,
+            f"node(s) had no GPU of model {'|'.join(models)}" if models else NO_HEALTHY,
+        )
+        codes = np.zeros(len(candidates), np.int8)
+        no_usable = rejected & (summary.usable == 0)
+        has_cards = snap.node_card_count[: len(candidates)] > 0
+        codes[no_usable & ~has_cards] = 2
+        codes[no_usable & has_cards] = 3
+        if request.cards and request.nvlink == 2:
+            codes[rejected & (summary.intact >= request.cards)] = 1
+        return FilterResult(summary.fit, reasons, codes)
+
+    def reserve(self, state: CycleState, pod: PodInfo, node: str) -> Status:
+        request = state.get(GPU_REQUEST)
+        if request is None:
+            return Status()
+        snap = self.handle.snapshot
+        row = snap.row_of(node)
+        hinted = self._hinted_card(state, pod, row)
+        if hinted >= 0:
+            milli, mem = share_on_card(pod.request, int(snap.card_total_mem[row, hinted]))
+            state.write(ALLOCATION, Allocation(node, row, (hinted,), (milli,), (mem,)))
+            return Status()
+        cards = choose_cards(
+            snap.card_free_milli,
+            snap.card_free_mem,
+            snap.card_total_mem,
+            snap.card_model,
+            snap.card_healthy,
+            snap.card_island,
+            row,
+            request.cards,
+            request.milli,
+            request.mem_mib,
+            request.allowed,
+            request.nvlink,
+        )
+        if len(cards) == 0:
+            # Filter said it fits; only a bug or a concurrent change gets here.
+            return Status(Code.UNSCHEDULABLE, (f"no cards left on {node} for the pod at Reserve",))
+        ids = tuple(int(c) for c in cards)
+        held = [share_on_card(pod.request, int(snap.card_total_mem[row, c])) for c in ids]
+        state.write(
+            ALLOCATION,
+            Allocation(node, row, ids, tuple(m for m, _ in held), tuple(mm for _, mm in held)),
+        )
+        return Status()
+
+    def _hinted_card(self, state: CycleState, pod: PodInfo, row: int) -> int:
+        """The card a Score plugin chose for a shared pod on this row, if it still fits."""
+        hint = state.get(CARD_HINT)
+        if hint is None or pod.request.gpu_cards or row >= len(hint) or hint[row] < 0:
+            return -1
+        snap = self.handle.snapshot
+        c = int(hint[row])
+        request = state.read(GPU_REQUEST)
+        milli, mem = share_on_card(pod.request, int(snap.card_total_mem[row, c]))
+        usable = (
+            snap.card_healthy[row, c]
+            and snap.card_model[row, c] >= 0
+            and request.allowed[snap.card_model[row, c]]
+        )
+        fits = (
+            milli >= 0
+            and snap.card_free_milli[row, c] >= milli
+            and snap.card_free_mem[row, c] >= mem
+        )
+        return c if usable and fits else -1
+
+    def unreserve(self, state: CycleState, pod: PodInfo, node: str) -> None:
+        state.delete(ALLOCATION)
+
+    async def pre_bind(self, state: CycleState, pod: PodInfo, node: str) -> Status:
+        alloc = state.get(ALLOCATION)
+        if alloc is None or not alloc.cards:
+            return Status()
+        annotations = {keys.GPU_IDS: ",".join(str(c) for c in alloc.cards)}
+        if not pod.request.gpu_cards:
+            annotations[keys.GPU_MILLI_ASSIGNED] = str(alloc.milli[0])
+        return await self.handle.cluster.annotate(pod, annotations)

@@ -1,0 +1,80 @@
+"""Thermal: no new heavy GPU work on a node at its throttling red line (Filter), and a
+preference for cool nodes (Score), from the snapshot's `node_temp` column.
+
+A node without temperature data (NaN) passes the filter and scores neutral (50): missing
+telemetry is reported by the telemetry reader, never taken as "cold".
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import numpy as np
+from numpy.typing import NDArray
+
+from gpusched.framework.cycle_state import CycleState
+from gpusched.framework.interfaces import FilterResult, Handle, Mask, Rows, Scores
+from gpusched.kernels import (
+    thermal_filter_nb,
+    thermal_filter_np,
+    thermal_score_nb,
+    thermal_score_np,
+)
+from gpusched.kernels.dispatch import pick
+from gpusched.model.pod import PodInfo
+from gpusched.plugins.thermal.args import ThermalArgs
+
+thermal_filter = pick(thermal_filter_nb, thermal_filter_np)
+thermal_score = pick(thermal_score_nb, thermal_score_np)
+
+
+class Thermal:
+    name: ClassVar[str] = "Thermal"
+    Args: ClassVar[type[ThermalArgs]] = ThermalArgs
+
+    def __init__(self, args: ThermalArgs | None, handle: Handle) -> None:
+        self.args = args or ThermalArgs()
+        self.handle = handle
+        self.reason = (
+            f"node(s) at or above the thermal red line ({self.args.red_line_celsius:g} °C)"
+        )
+
+    def _projected(self, pod: PodInfo, rows: Rows | slice) -> NDArray[np.float32]:
+        """Temperature each node would reach with the pod (NaN stays NaN)."""
+        snap = self.handle.snapshot
+        temp = snap.node_temp[rows]
+        cards = snap.node_card_count[rows].astype(np.float32)
+        req = pod.request
+        gpus = np.full(len(cards), req.gpu_milli_total / 1000.0, np.float32)
+        if req.gpu_cards == 0 and req.gpu_mem_mib:
+            # A memory request takes the matching share of compute on that node's cards.
+            card_mem = snap.card_total_mem[rows, 0].astype(np.float32)
+            by_mem = np.divide(
+                np.float32(req.gpu_mem_mib),
+                card_mem,
+                out=np.ones_like(card_mem),
+                where=card_mem > 0,
+            )
+            gpus = np.maximum(gpus, by_mem)
+        share = np.divide(gpus, cards, out=np.zeros_like(cards), where=cards > 0)
+        rise = np.float32(self.args.full_load_rise_celsius) * np.minimum(share, np.float32(1.0))
+        return (temp + rise).astype(np.float32)
+
+    def filter(self, state: CycleState, pod: PodInfo, candidates: Mask) -> FilterResult:
+        if pod.request.gpu_milli_total < max(1, self.args.heavy_min_gpu_milli):
+            return FilterResult(candidates)
+        projected = self._projected(pod, slice(0, len(candidates)))
+        ok = np.empty(len(candidates), np.bool_)
+        thermal_filter(candidates, projected, self.args.red_line_celsius, ok)
+        return FilterResult(ok, (self.reason,))
+
+    def score(self, state: CycleState, pod: PodInfo, rows: Rows) -> Scores:
+        out = np.empty(len(rows), np.float64)
+        thermal_score(
+            np.ones(len(rows), np.bool_),
+            self._projected(pod, rows),
+            self.args.cool_celsius,
+            self.args.red_line_celsius,
+            out,
+        )
+        return out

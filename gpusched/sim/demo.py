@@ -1,0 +1,107 @@
+"""`gpusched simulate` without a trace: the built-in fleet and workload through three
+profiles, ai-scheduler against kube-scheduler-like spreading and packing."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from gpusched.config.profile import Profile
+from gpusched.core.runtime.registry import Registry
+from gpusched.core.scheduler import Result
+from gpusched.model.pod import GpuKind, PodInfo
+from gpusched.sim.engine import Simulation
+from gpusched.sim.generator import Fleet
+
+
+@dataclass(frozen=True, slots=True)
+class DemoResult:
+    profile: str
+    pods: int
+    gpu_allocation_pct: float
+    unplaced: dict[str, int]  # by pod type: whole, shared, cpu
+    submitted: dict[str, int]
+    whole_node_jobs: int
+    whole_node_jobs_ok: int
+    same_rack_pct: float  # mean share of a multi-pod job's pods in its most common rack
+    hottest_used_c: float
+    us_per_pod: float
+    errors: int
+
+    @property
+    def whole_node_success_pct(self) -> float:
+        return (
+            100.0 * self.whole_node_jobs_ok / self.whole_node_jobs
+            if self.whole_node_jobs
+            else 100.0
+        )
+
+
+def _pod_type(pod: PodInfo) -> str:
+    return {GpuKind.WHOLE: "whole", GpuKind.SHARED: "shared", GpuKind.NONE: "cpu"}[pod.request.kind]
+
+
+def run_profile(
+    fleet: Fleet,
+    pods: Sequence[PodInfo],
+    profile: Profile,
+    registry: Registry,
+    *,
+    seed: int = 0,
+    progress: Callable[[int], None] | None = None,
+) -> DemoResult:
+    sim = Simulation(
+        fleet.nodes, profile, registry, seed=seed, idle_temperatures=fleet.idle_temperatures
+    )
+    unplaced: Counter[str] = Counter()
+    submitted: Counter[str] = Counter()
+    placed_rows: dict[str, list[int]] = defaultdict(list)
+    job_sizes: Counter[str] = Counter()
+    whole_node_jobs: set[str] = set()
+    errors = 0
+    t0 = time.perf_counter()
+    for i, pod in enumerate(pods):
+        kind = _pod_type(pod)
+        submitted[kind] += 1
+        if pod.job_id:
+            job_sizes[pod.job_id] += 1
+            if pod.request.gpu_cards == 8:
+                whole_node_jobs.add(pod.job_id)
+        d = sim.submit(pod)
+        if d.result is Result.SCHEDULED and d.alloc is not None:
+            if pod.job_id:
+                placed_rows[pod.job_id].append(d.alloc.row)
+        else:
+            unplaced[kind] += 1
+            errors += d.result is Result.ERROR
+        if progress is not None and i % 256 == 0:
+            progress(i)
+    elapsed = time.perf_counter() - t0
+    snap = sim.snapshot
+    cap = snap.gpu_milli_capacity()
+    used = cap - snap.gpu_milli_free()
+    ok_jobs = sum(1 for j in whole_node_jobs if len(placed_rows[j]) == job_sizes[j])
+    rack_shares = []
+    for job, rows in placed_rows.items():
+        if job_sizes[job] > 1 and len(rows) == job_sizes[job]:
+            racks = Counter(int(snap.node_rack[r]) for r in rows)
+            rack_shares.append(max(racks.values()) / len(rows))
+    temps = snap.node_temp[snap.valid_rows()]
+    hottest = float(np.nanmax(temps)) if np.isfinite(temps).any() else float("nan")
+    return DemoResult(
+        profile=profile.scheduler_name,
+        pods=len(pods),
+        gpu_allocation_pct=100.0 * used / cap if cap else 0.0,
+        unplaced=dict(unplaced),
+        submitted=dict(submitted),
+        whole_node_jobs=len(whole_node_jobs),
+        whole_node_jobs_ok=ok_jobs,
+        same_rack_pct=100.0 * sum(rack_shares) / len(rack_shares) if rack_shares else 100.0,
+        hottest_used_c=hottest,
+        us_per_pod=elapsed / max(1, len(pods)) * 1e6,
+        errors=errors,
+    )

@@ -1,0 +1,247 @@
+"""GPUFit, GPUFragmentation, Thermal and NetworkLocality through the real framework.
+
+The scenarios run in the simulator, which is the daemon's framework, cache and cycles over
+an in-memory cluster: what passes here is what the daemon does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from gpusched.config import builtin_profile
+from gpusched.core.scheduler import Result
+from gpusched.framework import CycleState
+from gpusched.model import keys
+from gpusched.model.node import Card, NodeModel
+from gpusched.model.pod import NVLink, PodInfo, PodRequest
+from gpusched.plugins import default_registry
+from gpusched.plugins.thermal import Thermal
+from gpusched.plugins.thermal.args import ThermalArgs
+from gpusched.sim.engine import Simulation
+
+GIB = 2**30
+
+
+def gpu_node(
+    name: str,
+    cards: int = 4,
+    mem: int = 81920,
+    model: str = "A100",
+    island: int = 4,
+    rack: str = "",
+) -> NodeModel:
+    return NodeModel(
+        name=name,
+        cpu_milli=64_000,
+        memory_bytes=512 * GIB,
+        pods=110,
+        cards=tuple(Card(i, model, mem, nvlink_island=i // island) for i in range(cards)),
+        rack=rack,
+        labels={"topology.gpusched.io/rack": rack} if rack else {},
+    )
+
+
+def pod(name: str, job: str = "", **req: object) -> PodInfo:
+    return PodInfo(
+        uid=f"uid-{name}",
+        namespace="ns",
+        name=name,
+        request=PodRequest(cpu_milli=1000, memory_bytes=GIB, **req),  # type: ignore[arg-type]
+        scheduler_name="ai-scheduler",
+        job_id=job,
+    )
+
+
+def sim(*nodes: NodeModel, temps: dict[str, float] | None = None) -> Simulation:
+    reg = default_registry()
+    return Simulation(
+        nodes, builtin_profile("ai-scheduler", reg), reg, seed=1, idle_temperatures=temps
+    )
+
+
+def card_free(s: Simulation, node: str) -> list[int]:
+    row = s.snapshot.row_of(node)
+    return [int(x) for x in s.snapshot.card_free_milli[row, : s.snapshot.node_card_count[row]]]
+
+
+def test_whole_card_job_not_refused_when_fragmented_elsewhere() -> None:
+    # "frag": four half-used cards (2 GPUs of free share in total, no intact card);
+    # "ok": one intact card. kube-scheduler's count would be wrong both ways.
+    s = sim(gpu_node("frag"), gpu_node("ok", cards=1))
+    # Placed earlier (say by an older scheduler) on one card each, as the API reports them.
+    for i in range(4):
+        s.cache.add_or_update_pod(
+            replace(pod(f"half{i}", gpu_milli=500), node_name="frag", gpu_ids=(i,))
+        )
+    assert card_free(s, "frag") == [500, 500, 500, 500]
+    d = s.submit(pod("big", gpu_cards=1, gpu_mem_mib=81920))
+    assert d.result is Result.SCHEDULED and d.node == "ok"
+    d2 = s.submit(pod("big2", gpu_cards=1))
+    assert d2.result is Result.UNSCHEDULABLE
+    assert d2.message == "0/2 nodes are available: 2 Insufficient nvidia.com/gpu."
+
+
+def test_shared_pod_fills_partial_card_and_gets_ids_annotation() -> None:
+    s = sim(gpu_node("a"), gpu_node("b"))
+    first = s.submit(pod("s1", gpu_milli=600))
+    second = s.submit(pod("s2", gpu_milli=300))
+    assert second.node == first.node  # fills the partial card rather than tearing a new one
+    assert card_free(s, first.node).count(100) == 1
+    bound = s.cluster.bound["uid-s2"]
+    assert bound.annotations[keys.GPU_IDS] == str(bound.gpu_ids[0])
+    assert bound.annotations[keys.GPU_MILLI_ASSIGNED] == "300"
+
+
+def test_whole_card_prefers_the_node_it_fills() -> None:
+    s = sim(gpu_node("eight", cards=8), gpu_node("four", cards=4))
+    assert s.submit(pod("w4", gpu_cards=4)).node == "four"
+    assert s.submit(pod("w8", gpu_cards=8)).node == "eight"
+
+
+def test_nvlink_required_needs_one_island() -> None:
+    # Two islands of 2 cards; one card used in each: 2 intact cards but not in one island.
+    s = sim(gpu_node("n", cards=4, island=2))
+    assert s.submit(pod("a", gpu_cards=1)).result is Result.SCHEDULED
+    row = s.snapshot.row_of("n")
+    s.cache.snapshot.card_free_milli[row, 2] = 0  # another tenant holds card 2
+    d = s.submit(pod("b", gpu_cards=2, nvlink=NVLink.REQUIRED))
+    assert d.result is Result.UNSCHEDULABLE
+    assert "NVLink island" in d.message
+    ok = s.submit(pod("c", gpu_cards=2, nvlink=NVLink.PREFERRED))
+    assert ok.result is Result.SCHEDULED
+
+
+def test_model_constraint_reasons() -> None:
+    s = sim(gpu_node("a100", model="A100"), gpu_node("t4", model="T4", mem=15360))
+    d = s.submit(pod("m", gpu_milli=100, gpu_models=("T4",)))
+    assert d.node == "t4"
+    d = s.submit(pod("x", gpu_milli=100, gpu_models=("H100",)))
+    assert d.result is Result.UNSCHEDULABLE
+    assert "no node has a GPU of model H100" in d.message
+    cpu = replace(gpu_node("cpu", cards=0), name="cpu")
+    s2 = sim(cpu, gpu_node("t4", model="T4", mem=15360))
+    d = s2.submit(pod("y", gpu_milli=100, gpu_models=("T4",)))
+    assert d.node == "t4"
+    s2.submit(pod("fill", gpu_cards=3, gpu_models=("T4",)))
+    d = s2.submit(pod("z", gpu_cards=1, gpu_models=("T4",)))
+    assert d.message == (
+        "0/2 nodes are available: 1 Insufficient nvidia.com/gpu, 1 node(s) had no GPU."
+    )
+
+
+def test_memory_request_on_a_small_card() -> None:
+    s = sim(gpu_node("t4", model="T4", mem=15360))
+    d = s.submit(pod("m", gpu_mem_mib=20480))
+    assert d.result is Result.UNSCHEDULABLE
+    assert "Insufficient GPU share" in d.message
+    d = s.submit(pod("m2", gpu_mem_mib=7680))  # half a T4 by memory: 500 milli of compute
+    assert d.alloc is not None and d.alloc.milli == (500,) and d.alloc.mem_mib == (7680,)
+
+
+def test_thermal_red_line_filter_and_projection() -> None:
+    s = sim(
+        gpu_node("hot", cards=8),
+        gpu_node("warm", cards=8),
+        gpu_node("unknown", cards=8),
+        temps={"hot": 81.0, "warm": 70.0},
+    )
+    # A 4-card job would warm an 8-card node by 20 °C: "warm" would reach 90 °C.
+    d = s.submit(pod("big", gpu_cards=4))
+    assert d.node == "unknown"  # no telemetry: allowed, scored neutral
+    d = s.submit(pod("small", gpu_milli=100))
+    assert d.node in ("warm", "unknown")
+    d = s.submit(pod("big2", gpu_cards=4))
+    assert d.node == "unknown"
+    d = s.submit(pod("big3", gpu_cards=4))
+    assert d.result is Result.UNSCHEDULABLE
+    assert "2 node(s) at or above the thermal red line (82 °C)" in d.message
+
+
+def test_thermal_scores_neutral_without_data_and_ramps_to_red_line() -> None:
+    s = sim(gpu_node("a"), gpu_node("b"), gpu_node("c"), gpu_node("d"))
+    snap = s.snapshot
+    for name, t in (("a", 60.0), ("b", 78.5), ("c", 90.0)):
+        snap.set_temperature(snap.row_of(name), t)
+    plugin = Thermal(ThermalArgs(), s.handle)
+    rows = np.array([snap.row_of(n) for n in "abcd"], np.intp)
+    scores = plugin.score(CycleState(), pod("cpu"), rows)
+    assert scores.tolist() == [100.0, 50.0, 0.0, 50.0]
+
+
+@pytest.mark.parametrize("bad", [{"cool_celsius": 90.0}, {"red_line_celsius": -1.0}])
+def test_thermal_args_validate(bad: dict[str, float]) -> None:
+    assert ThermalArgs(**bad).validate()  # type: ignore[arg-type]
+
+
+def test_network_locality_keeps_a_job_in_its_rack() -> None:
+    nodes = [gpu_node(f"r{r}n{i}", cards=8, rack=f"rack{r}") for r in range(3) for i in range(2)]
+    s = sim(*nodes)
+    first = s.submit(pod("j0", job="job", gpu_cards=8))
+    rack = first.node[:2]
+    for i in range(1, 2):
+        d = s.submit(pod(f"j{i}", job="job", gpu_cards=8))
+        assert d.node.startswith(rack)
+
+
+def test_cpu_pod_prefers_cpu_node() -> None:
+    s = sim(gpu_node("gpu"), replace(gpu_node("cpu", cards=0), name="cpu"))
+    assert s.submit(pod("c")).node == "cpu"
+
+
+def test_no_card_ever_over_allocated_under_random_load() -> None:
+    rng = np.random.default_rng(5)
+    s = sim(*(gpu_node(f"n{i}", cards=int(rng.choice([2, 4, 8]))) for i in range(12)))
+    live: list[str] = []
+    for i in range(600):
+        if live and rng.random() < 0.3:
+            s.delete(live.pop(int(rng.integers(len(live)))))
+            continue
+        if rng.random() < 0.5:
+            p = pod(f"p{i}", gpu_cards=int(rng.choice([1, 2, 4, 8])))
+        else:
+            p = pod(f"p{i}", gpu_milli=int(rng.integers(1, 1001)))
+        d = s.submit(p)
+        if d.result is Result.SCHEDULED:
+            live.append(p.uid)
+        snap = s.snapshot
+        assert (snap.card_free_milli >= 0).all() and (snap.card_free_mem >= 0).all()
+    # Recompute from the bound pods (as the API would) and compare with the columns.
+    used = {}
+    for b in s.cluster.bound.values():
+        for c, m in zip(
+            b.gpu_ids,
+            [1000] * len(b.gpu_ids)
+            if b.request.gpu_cards
+            else [int(b.annotations[keys.GPU_MILLI_ASSIGNED])],
+            strict=True,
+        ):
+            used[(b.node_name, c)] = used.get((b.node_name, c), 0) + m
+    for (name, c), m in used.items():
+        assert m <= 1000
+        assert s.snapshot.card_free_milli[s.snapshot.row_of(name), c] == 1000 - m
+
+
+def test_reserve_takes_a_score_plugins_card_hint_only_when_it_fits() -> None:
+    from gpusched.plugins.gpu_fit import GPUFit
+    from gpusched.plugins.gpu_fit.state import CARD_HINT, GPU_REQUEST, gpu_request
+
+    s = sim(gpu_node("n"))
+    row = s.snapshot.row_of("n")
+    s.cache.snapshot.card_free_milli[row, 3] = 200
+    plugin = GPUFit(None, s.handle)
+    p = pod("h", gpu_milli=300)
+    for hinted, expect in ((2, (2,)), (3, (0,))):  # card 3 has only 200 left: ignored
+        state = CycleState()
+        req = gpu_request(s.snapshot, p)
+        assert req is not None
+        state.write(GPU_REQUEST, req)
+        hint = np.full(s.snapshot.capacity, -1, np.int16)
+        hint[row] = hinted
+        state.write(CARD_HINT, hint)
+        assert plugin.reserve(state, p, "n").is_success()
+        from gpusched.framework import ALLOCATION
+
+        assert state.read(ALLOCATION).cards == expect
