@@ -6,7 +6,8 @@ cycle never awaits between reading them and assuming the pod, so within a cycle 
 consistent snapshot (the asyncio loop gives the atomicity kube-scheduler gets from a lock).
 
 Used capacity is implicit (allocatable - free), so a node update that changes allocatable
-keeps what its pods use.
+keeps what its pods use. Whatever writes a row's columns calls `touch(row)`: per-row caches
+(GPUFit's summary cache) trust the row versions to know what changed.
 """
 
 from __future__ import annotations
@@ -62,6 +63,9 @@ class Snapshot:
         self._allowed_cache: dict[tuple[str, ...], NDArray[np.bool_]] = {}
         # Bumped whenever node labels/taints change shape, so plugins can drop their caches.
         self.generation = 0
+        # Every change to a row's resources stamps it with a new version, so a plugin that
+        # caches per-row results recomputes only the rows changed since it last looked.
+        self.version = 0
         self._alloc(capacity)
 
     # -- storage ---------------------------------------------------------------------------
@@ -97,6 +101,7 @@ class Snapshot:
         grow("node_spine", (capacity,), np.int32, -1)
         grow("node_labelset", (capacity,), np.int32, -1)
         grow("node_taintset", (capacity,), np.int32, -1)
+        grow("row_version", (capacity,), np.int64, 0)
         self.names.extend([""] * (capacity - old))
         self.nodes.extend([None] * (capacity - old))
         self._free_rows.extend(range(capacity - 1, old - 1, -1))
@@ -123,6 +128,11 @@ class Snapshot:
     node_spine: NDArray[np.int32]
     node_labelset: NDArray[np.int32]
     node_taintset: NDArray[np.int32]
+    row_version: NDArray[np.int64]
+
+    def touch(self, row: int) -> None:
+        self.version += 1
+        self.row_version[row] = self.version
 
     @property
     def size(self) -> int:
@@ -199,6 +209,7 @@ class Snapshot:
         self.node_labelset[row] = self.labelsets.id(labels)
         self.node_taintset[row] = self.taintsets.id(taints) if taints else -1
         self.node_valid[row] = True
+        self.touch(row)
         return row
 
     def remove_node(self, name: str) -> NodeModel | None:
@@ -215,6 +226,7 @@ class Snapshot:
         self.node_temp[row] = np.nan
         self._free_rows.append(row)
         self.generation += 1
+        self.touch(row)
         return node
 
     def row_of(self, name: str) -> int:
@@ -251,6 +263,7 @@ class Snapshot:
         for c, m, mm in zip(cards, milli, mem_mib, strict=True):
             self.card_free_milli[row, c] -= sign * m
             self.card_free_mem[row, c] -= sign * mm
+        self.touch(row)
 
     def set_temperature(self, row: int, celsius: float) -> None:
         self.node_temp[row] = celsius

@@ -32,8 +32,9 @@ from gpusched.plugins.gpu_fit.state import (
     CARD_HINT,
     GPU_REQUEST,
     GPU_SUMMARY,
-    compute_summary,
+    SummaryCache,
     gpu_request,
+    restrict,
 )
 
 choose_cards = pick(choose_cards_nb, choose_cards_np)
@@ -50,6 +51,7 @@ class GPUFit:
 
     def __init__(self, args: object, handle: Handle) -> None:
         self.handle = handle
+        self.summaries = SummaryCache()
 
     def pre_filter(self, state: CycleState, pod: PodInfo) -> tuple[PreFilterResult | None, Status]:
         request = gpu_request(self.handle.snapshot, pod)
@@ -66,7 +68,7 @@ class GPUFit:
     def filter(self, state: CycleState, pod: PodInfo, candidates: Mask) -> FilterResult:
         snap = self.handle.snapshot
         request = state.read(GPU_REQUEST)
-        summary = compute_summary(snap, request, candidates)
+        summary = restrict(self.summaries.get(snap, request, pod.request.gpu_models), candidates)
         state.write(GPU_SUMMARY, summary)
         rejected = candidates & ~summary.fit
         if not rejected.any():

@@ -97,6 +97,100 @@ def compute_summary(snap: Snapshot, request: GpuRequest, candidates: Mask) -> Gp
     return out
 
 
+class SummaryCache:
+    """The gpu_summary of recent request shapes, brought up to date incrementally.
+
+    Workloads repeat a few pod shapes, and between two pods only the rows the cache touched
+    (a bind, a deletion, a node update) change. Recomputing just those rows makes the
+    per-pod cost of the GPU filter depend on churn, not on cluster size: one vector compare
+    of the row versions plus the changed rows, instead of streaming every card column.
+    """
+
+    def __init__(self, max_shapes: int = 64) -> None:
+        self.max_shapes = max_shapes
+        self._entries: dict[tuple[object, ...], tuple[GpuSummary, int]] = {}
+        self.full = 0
+        self.partial = 0
+
+    def get(self, snap: Snapshot, request: GpuRequest, models: tuple[str, ...]) -> GpuSummary:
+        key = (
+            request.cards,
+            request.milli,
+            request.mem_mib,
+            request.nvlink,
+            models,
+            len(request.allowed),
+            id(snap),
+        )
+        entry = self._entries.pop(key, None)
+        if entry is not None and len(entry[0].fit) == snap.capacity:
+            summary, seen = entry
+            changed = np.flatnonzero(snap.row_version > seen)
+            if len(changed) * 8 < snap.capacity:
+                if len(changed):
+                    _recompute_rows(snap, request, summary, changed)
+                self.partial += 1
+            else:
+                summary = compute_summary(snap, request, snap.node_valid)
+                self.full += 1
+        else:
+            summary = compute_summary(snap, request, snap.node_valid)
+            self.full += 1
+        if len(self._entries) >= self.max_shapes:
+            # Least recently used first: dicts keep insertion order, and a hit re-inserts.
+            self._entries.pop(next(iter(self._entries)))
+        self._entries[key] = (summary, snap.version)
+        return summary
+
+
+def _recompute_rows(
+    snap: Snapshot, request: GpuRequest, summary: GpuSummary, rows: NDArray[np.intp]
+) -> None:
+    part = GpuSummary.empty(len(rows))
+    gpu_summary(
+        snap.card_free_milli[rows],
+        snap.card_free_mem[rows],
+        snap.card_total_mem[rows],
+        snap.card_model[rows],
+        snap.card_healthy[rows],
+        snap.card_island[rows],
+        snap.node_valid[rows],
+        np.ones(len(rows), np.bool_),
+        request.cards,
+        request.milli,
+        request.mem_mib,
+        request.allowed,
+        request.nvlink,
+        part.fit,
+        part.intact,
+        part.usable,
+        part.best_leftover,
+        part.best_is_partial,
+        part.free_milli_total,
+    )
+    summary.fit[rows] = part.fit
+    summary.intact[rows] = part.intact
+    summary.usable[rows] = part.usable
+    summary.best_leftover[rows] = part.best_leftover
+    summary.best_is_partial[rows] = part.best_is_partial
+    summary.free_milli_total[rows] = part.free_milli_total
+
+
+def restrict(summary: GpuSummary, candidates: Mask) -> GpuSummary:
+    """The cached summary seen through this pod's candidate rows. The count arrays are
+    shared, read-only, with the cache: only `fit` is the pod's own."""
+    fit = summary.fit & candidates
+    return GpuSummary(
+        fit,
+        summary.intact,
+        summary.usable,
+        summary.best_leftover,
+        summary.best_is_partial,
+        summary.free_milli_total,
+        int(np.count_nonzero(fit)),
+    )
+
+
 def summary_for(
     state: CycleState, snap: Snapshot, pod: PodInfo
 ) -> tuple[GpuRequest | None, GpuSummary | None]:

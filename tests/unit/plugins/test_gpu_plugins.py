@@ -107,6 +107,7 @@ def test_nvlink_required_needs_one_island() -> None:
     assert s.submit(pod("a", gpu_cards=1)).result is Result.SCHEDULED
     row = s.snapshot.row_of("n")
     s.cache.snapshot.card_free_milli[row, 2] = 0  # another tenant holds card 2
+    s.cache.snapshot.touch(row)
     d = s.submit(pod("b", gpu_cards=2, nvlink=NVLink.REQUIRED))
     assert d.result is Result.UNSCHEDULABLE
     assert "NVLink island" in d.message
@@ -231,6 +232,7 @@ def test_reserve_takes_a_score_plugins_card_hint_only_when_it_fits() -> None:
     s = sim(gpu_node("n"))
     row = s.snapshot.row_of("n")
     s.cache.snapshot.card_free_milli[row, 3] = 200
+    s.cache.snapshot.touch(row)
     plugin = GPUFit(None, s.handle)
     p = pod("h", gpu_milli=300)
     for hinted, expect in ((2, (2,)), (3, (0,))):  # card 3 has only 200 left: ignored
@@ -245,3 +247,33 @@ def test_reserve_takes_a_score_plugins_card_hint_only_when_it_fits() -> None:
         from gpusched.framework import ALLOCATION
 
         assert state.read(ALLOCATION).cards == expect
+
+
+def test_incremental_summary_cache_equals_a_full_pass() -> None:
+    from gpusched.plugins.gpu_fit.state import compute_summary, gpu_request
+
+    rng = np.random.default_rng(11)
+    s = sim(*(gpu_node(f"n{i}", cards=int(rng.choice([2, 4, 8]))) for i in range(40)))
+    fit = s.fw.plugins["GPUFit"]
+    shapes = [pod("a", gpu_cards=1), pod("b", gpu_cards=4), pod("c", gpu_milli=300),
+              pod("d", gpu_milli=250, gpu_mem_mib=30000)]
+    live: list[str] = []
+    for i in range(300):
+        if live and rng.random() < 0.3:
+            s.delete(live.pop(int(rng.integers(len(live)))))
+        else:
+            p = replace(shapes[int(rng.integers(len(shapes)))], uid=f"u{i}", name=f"p{i}")
+            if s.submit(p).result is Result.SCHEDULED:
+                live.append(p.uid)
+        if i == 150:  # a node update and a removal in the middle
+            s.cache.upsert_node(gpu_node("n3", cards=2))
+            s.cache.remove_node("n7")
+        for shape in shapes:
+            req = gpu_request(s.snapshot, shape)
+            assert req is not None
+            got = fit.summaries.get(s.snapshot, req, shape.request.gpu_models)
+            want = compute_summary(s.snapshot, req, s.snapshot.node_valid)
+            for name in ("fit", "intact", "usable", "best_leftover", "best_is_partial",
+                         "free_milli_total"):
+                assert np.array_equal(getattr(got, name), getattr(want, name)), (i, name)
+    assert fit.summaries.partial > fit.summaries.full
