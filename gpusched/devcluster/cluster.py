@@ -1,0 +1,387 @@
+"""The local control plane: etcd, kube-apiserver, the KWOK controller, kube-scheduler.
+
+Library use (tests)::
+
+    with LocalCluster() as cluster:          # free ports, temp dir, stopped on exit
+        cluster.kubeconfig                    # admin kubeconfig (a static token)
+
+``make cluster-up`` uses the same class with ``attached=False``: the processes outlive the
+command and ``make cluster-down`` stops them from the recorded state.
+"""
+
+from __future__ import annotations
+
+import atexit
+import base64
+import contextlib
+import json
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self
+
+import yaml
+
+from gpusched.devcluster import configs, pki
+from gpusched.devcluster.binaries import REPO_ROOT, Binaries, find_binaries
+from gpusched.devcluster.processes import (
+    Process,
+    StartError,
+    free_port,
+    http_ok,
+    port_in_use_error,
+    stop_group,
+    wait_ready,
+)
+
+WORKDIR_PREFIX = "gpusched-cluster-"
+# An attached cluster's temp dir names its owner; a SIGKILLed owner (its children die with
+# it, PR_SET_PDEATHSIG) cannot remove the dir, so the next start sweeps such dirs.
+OWNER_FILE = "owner.pid"
+START_ATTEMPTS = 3  # a picked port can be taken before the child binds it; then retry
+
+
+@dataclass
+class ClusterOptions:
+    kwok: bool = True
+    kube_scheduler: bool = True
+    # True: children die with this process (tests). False: they outlive it (cluster-up).
+    attached: bool = True
+    # Where certs, etcd data and logs go; a fresh temp dir (removed on stop) when None.
+    workdir: Path | None = None
+    start_timeout: float = 120.0
+    log: Callable[[str], None] = field(default=lambda _msg: None)
+
+
+@dataclass
+class Endpoints:
+    etcd: int = 0
+    etcd_peer: int = 0
+    apiserver: int = 0
+    kwok: int = 0
+    kube_scheduler: int = 0
+
+
+class LocalCluster:
+    def __init__(self, options: ClusterOptions | None = None) -> None:
+        self.options = options or ClusterOptions()
+        self.binaries: Binaries | None = None
+        self.workdir = Path()
+        self.ports = Endpoints()
+        self.processes: list[Process] = []
+        self.identities: dict[str, pki.Identity] = {}
+        self.timings: dict[str, float] = {}
+        self._owns_workdir = False
+        self._pki: pki.Pki | None = None
+
+    # -- public surface -------------------------------------------------------------------
+
+    @property
+    def server(self) -> str:
+        return f"https://127.0.0.1:{self.ports.apiserver}"
+
+    @property
+    def ca_file(self) -> Path:
+        return self.workdir / "pki" / "ca.crt"
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.workdir / "admin.kubeconfig"
+
+    @property
+    def crd_dir(self) -> Path:
+        return REPO_ROOT / "manifests" / "crds"
+
+    def token(self, user: str) -> str:
+        return self.identities[user].token
+
+    def kubeconfig_for(self, user: str, path: Path | None = None) -> Path:
+        """A kubeconfig acting as one of the static-token users (pki.ADMIN.user, ...)."""
+        path = path or self.workdir / f"{user.replace(':', '-')}.kubeconfig"
+        write_kubeconfig(path, self.server, self.ca_file, self.token(user), user)
+        return path
+
+    def start(self) -> Self:
+        self.binaries = find_binaries()
+        if self.options.attached:
+            # Also on an exception that escapes the test runner; the children's
+            # PR_SET_PDEATHSIG covers a SIGKILL, which no atexit handler sees.
+            atexit.register(self.stop)
+        started = time.monotonic()
+        for attempt in range(1, START_ATTEMPTS + 1):
+            try:
+                self._start_once()
+                break
+            except BaseException as exc:
+                # Any failure (KeyboardInterrupt included) must not leave processes or the
+                # attempt's temp dir behind; a retry starts from a fresh dir and new ports.
+                self._stop_processes()
+                self._remove_workdir()
+                if (
+                    not isinstance(exc, StartError)
+                    or not port_in_use_error(exc)
+                    or attempt == START_ATTEMPTS
+                ):
+                    raise
+                self.options.log(f"port taken while starting; retrying ({exc})")
+        self.timings["total"] = time.monotonic() - started
+        return self
+
+    def stop(self) -> None:
+        self._stop_processes()
+        self._remove_workdir()
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def state(self) -> dict[str, Any]:
+        """What `cluster-down`/`cluster-status` need after this process has exited."""
+        return {
+            "workdir": str(self.workdir),
+            "server": self.server,
+            "kubeconfig": str(self.kubeconfig),
+            "processes": {p.name: p.pid for p in self.processes},
+            "ports": vars(self.ports),
+            "logs": str(self.workdir / "logs"),
+        }
+
+    # -- start ----------------------------------------------------------------------------
+
+    def _start_once(self) -> None:
+        assert self.binaries is not None
+        if self.options.workdir is not None:
+            self.workdir = self.options.workdir
+            self.workdir.mkdir(parents=True, exist_ok=True)
+        else:
+            _sweep_stale_workdirs()
+            self.workdir = Path(tempfile.mkdtemp(prefix=WORKDIR_PREFIX))
+            self._owns_workdir = True
+            if self.options.attached:
+                (self.workdir / OWNER_FILE).write_text(str(os.getpid()))
+        self.ports = Endpoints(*(free_port() for _ in range(5)))
+
+        t0 = time.monotonic()
+        self._pki = pki.generate(self.workdir / "pki")
+        self.identities = pki.write_token_file(
+            self.workdir / "tokens.csv", [pki.ADMIN, pki.KUBE_SCHEDULER, pki.KWOK, pki.NO_RIGHTS]
+        )
+        write_kubeconfig(
+            self.kubeconfig, self.server, self.ca_file, self.token(pki.ADMIN.user), "admin"
+        )
+        self._timed("pki", t0)
+
+        self._start_etcd()
+        self._start_apiserver()
+        if self.options.kwok:
+            self._start_kwok()
+        if self.options.kube_scheduler:
+            self._start_kube_scheduler()
+
+    def _timed(self, name: str, since: float) -> None:
+        self.timings[name] = time.monotonic() - since
+        self.options.log(f"{name} ready in {self.timings[name]:.1f}s")
+
+    def _spawn(self, name: str, argv: list[str]) -> Process:
+        process = Process(name, argv, self.workdir / "logs" / f"{name}.log")
+        process.start(attached=self.options.attached)
+        self.processes.append(process)
+        return process
+
+    def _start_etcd(self) -> None:
+        assert self.binaries is not None
+        t0 = time.monotonic()
+        client = f"http://127.0.0.1:{self.ports.etcd}"
+        peer = f"http://127.0.0.1:{self.ports.etcd_peer}"
+        # Data from an earlier start (a given workdir, or a retry) names other peer URLs,
+        # which etcd refuses; every start is a new throwaway cluster.
+        shutil.rmtree(self.workdir / "etcd", ignore_errors=True)
+        process = self._spawn(
+            "etcd",
+            [
+                str(self.binaries.etcd),
+                "--name=devcluster",
+                f"--data-dir={self.workdir / 'etcd'}",
+                f"--listen-client-urls={client}",
+                f"--advertise-client-urls={client}",
+                f"--listen-peer-urls={peer}",
+                f"--initial-advertise-peer-urls={peer}",
+                f"--initial-cluster=devcluster={peer}",
+                # A throwaway cluster: losing data on a crash is fine, fsync latency is not.
+                "--unsafe-no-fsync",
+                "--quota-backend-bytes=8589934592",
+                "--log-level=warn",
+            ],
+        )
+        wait_ready(
+            process,
+            lambda: http_ok(f"{client}/health"),
+            timeout=self.options.start_timeout,
+            hint="Check that the data dir is writable.",
+        )
+        self._timed("etcd", t0)
+
+    def _start_apiserver(self) -> None:
+        assert self.binaries is not None
+        assert self._pki is not None
+        t0 = time.monotonic()
+        p = self._pki
+        process = self._spawn(
+            "kube-apiserver",
+            [
+                str(self.binaries.kube_apiserver),
+                f"--etcd-servers=http://127.0.0.1:{self.ports.etcd}",
+                "--bind-address=127.0.0.1",
+                "--advertise-address=127.0.0.1",
+                f"--secure-port={self.ports.apiserver}",
+                f"--cert-dir={self.workdir / 'apiserver'}",
+                f"--tls-cert-file={p.serving_cert}",
+                f"--tls-private-key-file={p.serving_key}",
+                f"--token-auth-file={self.workdir / 'tokens.csv'}",
+                "--authorization-mode=RBAC",
+                "--service-account-issuer=https://kubernetes.default.svc",
+                f"--service-account-key-file={p.sa_public_key}",
+                f"--service-account-signing-key-file={p.sa_private_key}",
+                "--service-cluster-ip-range=10.96.0.0/16",
+                # No controller-manager runs: nothing would create the default service
+                # account, nor lift the not-ready taint TaintNodesByCondition puts on nodes.
+                "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
+                # Endpoints may not hold a loopback address, so the reconciler that publishes
+                # the apiserver's own address would only log errors.
+                "--endpoint-reconciler-type=none",
+                "--profiling=false",
+            ],
+        )
+        wait_ready(
+            process,
+            lambda: http_ok(
+                f"{self.server}/readyz", ca_file=self.ca_file, token=self.token(pki.ADMIN.user)
+            ),
+            timeout=self.options.start_timeout,
+            hint="The flags may not suit this kube-apiserver version; see the log.",
+        )
+        self._timed("kube-apiserver", t0)
+
+    def _start_kwok(self) -> None:
+        assert self.binaries is not None
+        t0 = time.monotonic()
+        config = self.workdir / "kwok.yaml"
+        config.write_text(configs.kwok_config())
+        kubeconfig = self.kubeconfig_for(pki.KWOK.user)
+        address = f"127.0.0.1:{self.ports.kwok}"
+        process = self._spawn(
+            "kwok",
+            [
+                str(self.binaries.kwok),
+                f"--kubeconfig={kubeconfig}",
+                f"--config={config}",
+                f"--server-address={address}",
+            ],
+        )
+        wait_ready(
+            process,
+            lambda: http_ok(f"http://{address}/healthz"),
+            timeout=self.options.start_timeout,
+        )
+        self._timed("kwok", t0)
+
+    def _start_kube_scheduler(self) -> None:
+        assert self.binaries is not None
+        t0 = time.monotonic()
+        kubeconfig = self.kubeconfig_for(pki.KUBE_SCHEDULER.user)
+        config = self.workdir / "kube-scheduler.yaml"
+        config.write_text(configs.kube_scheduler_config(kubeconfig))
+        process = self._spawn(
+            "kube-scheduler",
+            [
+                str(self.binaries.kube_scheduler),
+                f"--config={config}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={self.ports.kube_scheduler}",
+                f"--cert-dir={self.workdir / 'kube-scheduler'}",
+            ],
+        )
+        wait_ready(
+            process,
+            lambda: http_ok(f"https://127.0.0.1:{self.ports.kube_scheduler}/healthz"),
+            timeout=self.options.start_timeout,
+        )
+        self._timed("kube-scheduler", t0)
+
+    # -- stop -----------------------------------------------------------------------------
+
+    def _stop_processes(self) -> None:
+        # Reverse order: clients first, so nothing logs errors about a vanished apiserver.
+        for process in reversed(self.processes):
+            process.stop()
+        self.processes.clear()
+
+    def _remove_workdir(self) -> None:
+        if self._owns_workdir and self.workdir != Path():
+            shutil.rmtree(self.workdir, ignore_errors=True)
+            self._owns_workdir = False
+
+
+def _sweep_stale_workdirs() -> None:
+    for directory in Path(tempfile.gettempdir()).glob(f"{WORKDIR_PREFIX}*"):
+        try:
+            owner = int((directory / OWNER_FILE).read_text())
+        except (OSError, ValueError):
+            continue  # a detached cluster (no owner file) or not ours: leave it
+        try:
+            os.kill(owner, 0)
+        except ProcessLookupError:
+            shutil.rmtree(directory, ignore_errors=True)
+        except PermissionError:
+            pass
+
+
+def stop_recorded(state: dict[str, Any]) -> None:
+    """Stop what a detached `cluster-up` started, from its recorded state."""
+    for pid in reversed(list(state.get("processes", {}).values())):
+        stop_group(int(pid))
+    workdir = state.get("workdir")
+    if workdir and Path(workdir).name.startswith(WORKDIR_PREFIX):
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def write_kubeconfig(path: Path, server: str, ca_file: Path, token: str, user: str) -> None:
+    """A self-contained kubeconfig (CA inlined), so a copy keeps working elsewhere."""
+    ca = base64.b64encode(ca_file.read_bytes()).decode()
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {
+                "name": "gpusched-dev",
+                "cluster": {"server": server, "certificate-authority-data": ca},
+            }
+        ],
+        "users": [{"name": user, "user": {"token": token}}],
+        "contexts": [
+            {"name": "gpusched-dev", "context": {"cluster": "gpusched-dev", "user": user}}
+        ],
+        "current-context": "gpusched-dev",
+    }
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    path.chmod(0o600)
+
+
+def read_state(path: Path) -> dict[str, Any] | None:
+    with contextlib.suppress(OSError, ValueError):
+        state = json.loads(path.read_text())
+        if isinstance(state, dict):
+            return state
+    return None

@@ -1,0 +1,93 @@
+"""Helpers for tests and benchmarks against the local control plane: pod and PodGroup
+manifests, and waits that watch (never sleep)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpusched.kube import JSON, Kube, create_pod, has_condition, pod_path, wait_for
+from gpusched.model import keys
+
+# The waits take a timeout (noqa ASYNC109) so a failure names what was awaited and the
+# last state seen, which asyncio.timeout around the call could not.
+PAUSE_IMAGE = "registry.k8s.io/pause:3.10"  # never pulled: KWOK runs no containers
+PODGROUP_API = "/apis/scheduling.x-k8s.io/v1alpha1"
+
+
+def pod_manifest(
+    name: str,
+    *,
+    gpus: int = 0,
+    scheduler_name: str | None = keys.SCHEDULER_NAME,
+    labels: dict[str, str] | None = None,
+    annotations: dict[str, str] | None = None,
+    pod_group: str | None = None,
+) -> JSON:
+    """A one-container pod. ``scheduler_name=None`` leaves it to the default scheduler."""
+    resources: dict[str, Any] = {"requests": {"cpu": "100m", "memory": "128Mi"}}
+    if gpus:
+        resources["limits"] = {keys.GPU_RESOURCE: str(gpus)}
+    meta: JSON = {
+        "name": name,
+        "labels": dict(labels or {}),
+        "annotations": dict(annotations or {}),
+    }
+    if pod_group:
+        meta["labels"][keys.POD_GROUP_LABEL] = pod_group
+    spec: JSON = {
+        "containers": [{"name": "main", "image": PAUSE_IMAGE, "resources": resources}],
+        "terminationGracePeriodSeconds": 1,
+    }
+    if scheduler_name:
+        spec["schedulerName"] = scheduler_name
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
+
+
+async def make_pod(kube: Kube, namespace: str, name: str, **kwargs: Any) -> JSON:
+    return await create_pod(kube, namespace, pod_manifest(name, **kwargs))
+
+
+async def make_pod_group(
+    kube: Kube, namespace: str, name: str, min_member: int, *, timeout_seconds: int = 60
+) -> JSON:
+    body = {
+        "apiVersion": "scheduling.x-k8s.io/v1alpha1",
+        "kind": "PodGroup",
+        "metadata": {"name": name},
+        "spec": {"minMember": min_member, "scheduleTimeoutSeconds": timeout_seconds},
+    }
+    return await kube.post(f"{PODGROUP_API}/namespaces/{namespace}/podgroups", body)
+
+
+async def wait_pod(
+    kube: Kube,
+    namespace: str,
+    name: str,
+    predicate: Any,
+    *,
+    what: str,
+    timeout: float = 60.0,  # noqa: ASYNC109
+) -> JSON:
+    return await wait_for(kube, pod_path(namespace), name, predicate, timeout=timeout, what=what)
+
+
+async def wait_pod_running(kube: Kube, namespace: str, name: str, timeout: float = 60.0) -> JSON:  # noqa: ASYNC109
+    return await wait_pod(
+        kube,
+        namespace,
+        name,
+        lambda p: p.get("status", {}).get("phase") == "Running",
+        what="phase Running",
+        timeout=timeout,
+    )
+
+
+async def wait_pod_scheduled(kube: Kube, namespace: str, name: str, timeout: float = 60.0) -> JSON:  # noqa: ASYNC109
+    return await wait_pod(
+        kube,
+        namespace,
+        name,
+        lambda p: bool(p.get("spec", {}).get("nodeName")) and has_condition(p, "PodScheduled"),
+        what="PodScheduled=True",
+        timeout=timeout,
+    )

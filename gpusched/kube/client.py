@@ -1,0 +1,206 @@
+"""A raw-JSON client over kubernetes_asyncio's ApiClient.
+
+kubernetes_asyncio handles kubeconfig, in-cluster config, TLS and token refresh; its generated
+models we skip: they cost a deserialisation per object on the hot path, and some of them fail
+on valid answers (POST pods/{name}/binding answers with a Status, which the generated
+create_namespaced_pod_binding turns into V1Binding and rejects with "target must not be
+None", kubernetes-client/python#547). So every call here goes through
+``ApiClient.call_api(..., _preload_content=False)`` and returns decoded JSON dicts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import AsyncGenerator, Mapping, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Literal, Self
+
+import aiohttp
+from kubernetes_asyncio import client as k8s_client
+from kubernetes_asyncio import config as k8s_config
+
+JSON = dict[str, Any]
+Query = Sequence[tuple[str, str | int]]
+WatchType = Literal["ADDED", "MODIFIED", "DELETED", "BOOKMARK", "ERROR"]
+
+_AUTH = ["BearerToken"]
+# request/_send take a timeout (noqa ASYNC109): it is aiohttp's per-request socket timeout,
+# which a watch must be able to switch off while ordinary calls keep one.
+
+
+class ApiError(Exception):
+    """A non-2xx answer; ``status`` is the HTTP code (409 Conflict, 404 NotFound, 403, ...)."""
+
+    def __init__(self, method: str, path: str, status: int, body: str) -> None:
+        self.method = method
+        self.path = path
+        self.status = status
+        self.body = body
+        self.reason = ""
+        self.message = body.strip()[:500]
+        try:
+            decoded = json.loads(body)
+        except ValueError:
+            decoded = None
+        if isinstance(decoded, dict) and decoded.get("kind") == "Status":
+            self.reason = str(decoded.get("reason", ""))
+            self.message = str(decoded.get("message", self.message))
+        super().__init__(f"{method} {path}: HTTP {status} {self.reason}: {self.message}")
+
+
+@dataclass(frozen=True, slots=True)
+class WatchEvent:
+    type: WatchType
+    object: JSON
+
+
+class Kube:
+    """One connection pool to one API server. Use as ``async with Kube.from_kubeconfig(...)``."""
+
+    def __init__(self, api_client: Any) -> None:
+        self.api_client = api_client
+
+    @property
+    def host(self) -> str:
+        return str(self.api_client.configuration.host)
+
+    @classmethod
+    async def connect(
+        cls, kubeconfig: str | os.PathLike[str] | None = None, *, context: str | None = None
+    ) -> Kube:
+        """From a kubeconfig path; without one, in-cluster config when running in a pod, else
+        $KUBECONFIG / ~/.kube/config as kubectl does."""
+        configuration = k8s_client.Configuration()
+        if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
+            # Untyped in kubernetes_asyncio; called through Any, the one place we need it.
+            load_incluster: Any = k8s_config.load_incluster_config
+            load_incluster(client_configuration=configuration)
+        else:
+            # None: kubernetes_asyncio's default, $KUBECONFIG (merged when it lists several
+            # files) or ~/.kube/config.
+            await k8s_config.load_kube_config(
+                config_file=None if kubeconfig is None else str(kubeconfig),
+                context=context,
+                client_configuration=configuration,
+            )
+        return cls(k8s_client.ApiClient(configuration))
+
+    @classmethod
+    def with_token(cls, host: str, token: str, ca_file: str | os.PathLike[str]) -> Kube:
+        """Same server, another identity (tests use it to act as a user without rights)."""
+        configuration = k8s_client.Configuration()
+        configuration.host = host
+        configuration.ssl_ca_cert = str(ca_file)
+        configuration.api_key = {"BearerToken": token}
+        configuration.api_key_prefix = {"BearerToken": "Bearer"}
+        return cls(k8s_client.ApiClient(configuration))
+
+    async def close(self) -> None:
+        await self.api_client.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def _send(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: object = None,
+        query: Query = (),
+        content_type: str = "application/json",
+        timeout: aiohttp.ClientTimeout | float | None = None,  # noqa: ASYNC109
+    ) -> aiohttp.ClientResponse:
+        response: aiohttp.ClientResponse = await self.api_client.call_api(
+            path,
+            method,
+            query_params=list(query),
+            header_params={"Content-Type": content_type, "Accept": "application/json"},
+            body=body,
+            auth_settings=_AUTH,
+            _preload_content=False,
+            _request_timeout=timeout,
+        )
+        return response
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: object = None,
+        query: Query = (),
+        content_type: str = "application/json",
+        timeout: float | None = 60.0,  # noqa: ASYNC109
+    ) -> JSON:
+        """One call; the decoded JSON answer, or ApiError for a non-2xx status."""
+        response = await self._send(
+            method, path, body=body, query=query, content_type=content_type, timeout=timeout
+        )
+        async with response:
+            text = await response.text()
+            if not 200 <= response.status < 300:
+                raise ApiError(method, path, response.status, text)
+        if not text:
+            return {}
+        decoded = json.loads(text)
+        return decoded if isinstance(decoded, dict) else {"items": decoded}
+
+    async def get(self, path: str, *, query: Query = ()) -> JSON:
+        return await self.request("GET", path, query=query)
+
+    async def post(self, path: str, body: object, *, query: Query = ()) -> JSON:
+        return await self.request("POST", path, body=body, query=query)
+
+    async def delete(self, path: str, *, query: Query = (), body: object = None) -> JSON:
+        return await self.request("DELETE", path, query=query, body=body)
+
+    async def merge_patch(self, path: str, patch: Mapping[str, Any]) -> JSON:
+        return await self.request(
+            "PATCH", path, body=dict(patch), content_type="application/merge-patch+json"
+        )
+
+    async def watch(
+        self,
+        path: str,
+        *,
+        resource_version: str,
+        query: Query = (),
+        timeout_seconds: int = 300,
+    ) -> AsyncGenerator[WatchEvent, None]:
+        """Events of ``path`` (a collection) after ``resource_version``, until the server ends
+        the watch (after ``timeout_seconds``). An ERROR event (410 Gone when the version is
+        compacted) is yielded, not raised: the caller re-lists, as an informer does."""
+        params: list[tuple[str, str | int]] = [
+            ("watch", "true"),
+            ("resourceVersion", resource_version),
+            ("allowWatchBookmarks", "true"),
+            ("timeoutSeconds", timeout_seconds),
+            *query,
+        ]
+        # No total timeout: a watch is meant to stay open; the server closes it.
+        response = await self._send(
+            "GET", path, query=params, timeout=aiohttp.ClientTimeout(total=None)
+        )
+        async with response:
+            if response.status != 200:
+                raise ApiError("WATCH", path, response.status, await response.text())
+            buffer = b""
+            # Objects can be larger than aiohttp's readline limit, so split lines ourselves.
+            async for chunk in response.content.iter_any():
+                buffer += chunk
+                while (end := buffer.find(b"\n")) >= 0:
+                    line, buffer = buffer[:end], buffer[end + 1 :]
+                    if line.strip():
+                        event = json.loads(line)
+                        yield WatchEvent(type=event["type"], object=event["object"])

@@ -1,0 +1,8 @@
+//go:build tools
+
+// Package tools pins the command this module builds; `go build` takes it by import path.
+package tools
+
+import (
+	_ "go.etcd.io/etcd/server/v3"
+)

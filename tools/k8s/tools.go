@@ -1,0 +1,10 @@
+//go:build tools
+
+// Package tools pins the commands this module builds; `go build` takes them by import path.
+package tools
+
+import (
+	_ "k8s.io/kubernetes/cmd/kube-apiserver"
+	_ "k8s.io/kubernetes/cmd/kube-scheduler"
+	_ "k8s.io/kubernetes/cmd/kubectl"
+)
