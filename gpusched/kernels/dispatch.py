@@ -13,7 +13,8 @@ import numba
 
 F = TypeVar("F")
 
-JIT_ENABLED = not numba.config.DISABLE_JIT
+# numba.config is filled in at import from the environment; it ships no type stubs.
+JIT_ENABLED = not getattr(numba.config, "DISABLE_JIT", False)
 
 
 def pick(jitted: F, twin: F) -> F:

@@ -255,8 +255,12 @@ def test_incremental_summary_cache_equals_a_full_pass() -> None:
     rng = np.random.default_rng(11)
     s = sim(*(gpu_node(f"n{i}", cards=int(rng.choice([2, 4, 8]))) for i in range(40)))
     fit = s.fw.plugins["GPUFit"]
-    shapes = [pod("a", gpu_cards=1), pod("b", gpu_cards=4), pod("c", gpu_milli=300),
-              pod("d", gpu_milli=250, gpu_mem_mib=30000)]
+    shapes = [
+        pod("a", gpu_cards=1),
+        pod("b", gpu_cards=4),
+        pod("c", gpu_milli=300),
+        pod("d", gpu_milli=250, gpu_mem_mib=30000),
+    ]
     live: list[str] = []
     for i in range(300):
         if live and rng.random() < 0.3:
@@ -273,7 +277,13 @@ def test_incremental_summary_cache_equals_a_full_pass() -> None:
             assert req is not None
             got = fit.summaries.get(s.snapshot, req, shape.request.gpu_models)
             want = compute_summary(s.snapshot, req, s.snapshot.node_valid)
-            for name in ("fit", "intact", "usable", "best_leftover", "best_is_partial",
-                         "free_milli_total"):
+            for name in (
+                "fit",
+                "intact",
+                "usable",
+                "best_leftover",
+                "best_is_partial",
+                "free_milli_total",
+            ):
                 assert np.array_equal(getattr(got, name), getattr(want, name)), (i, name)
     assert fit.summaries.partial > fit.summaries.full
