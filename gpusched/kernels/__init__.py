@@ -4,6 +4,7 @@ pure NumPy ``*_np`` twin that gives identical results (the property tests compar
 See README.md beside this file for what each kernel computes and the twin rule.
 """
 
+from gpusched.kernels.allocated import allocated_score_nb, allocated_score_np
 from gpusched.kernels.best_fit_score import best_fit_score_nb, best_fit_score_np
 from gpusched.kernels.choose_cards import choose_cards_nb, choose_cards_np
 from gpusched.kernels.fit_resources import (
@@ -17,8 +18,6 @@ from gpusched.kernels.fit_resources import (
 )
 from gpusched.kernels.frag_score import frag_score_nb, frag_score_np
 from gpusched.kernels.gpu_summary import gpu_summary_nb, gpu_summary_np
-from gpusched.kernels.least_allocated import least_allocated_nb, least_allocated_np
-from gpusched.kernels.most_allocated import most_allocated_nb, most_allocated_np
 from gpusched.kernels.packing_score import packing_score_nb, packing_score_np
 from gpusched.kernels.thermal_filter import thermal_filter_nb, thermal_filter_np
 from gpusched.kernels.thermal_score import (
@@ -36,6 +35,8 @@ __all__ = [
     "REASON_OK",
     "REASON_PODS",
     "RED_LINE_C",
+    "allocated_score_nb",
+    "allocated_score_np",
     "best_fit_score_nb",
     "best_fit_score_np",
     "choose_cards_nb",
@@ -46,10 +47,6 @@ __all__ = [
     "frag_score_np",
     "gpu_summary_nb",
     "gpu_summary_np",
-    "least_allocated_nb",
-    "least_allocated_np",
-    "most_allocated_nb",
-    "most_allocated_np",
     "packing_score_nb",
     "packing_score_np",
     "thermal_filter_nb",

@@ -10,15 +10,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpusched.kernels import (
+    allocated_score_nb,
+    allocated_score_np,
     best_fit_score_nb,
     best_fit_score_np,
     frag_score_nb,
     frag_score_np,
     gpu_summary_np,
-    least_allocated_nb,
-    least_allocated_np,
-    most_allocated_nb,
-    most_allocated_np,
     packing_score_nb,
     packing_score_np,
     thermal_score_nb,
@@ -71,13 +69,10 @@ def test_scores_equal_twins(
     both(packing_score_nb, packing_score_np, rows, s.intact, s.best_is_partial, k)
     both(best_fit_score_nb, best_fit_score_np, rows, s.usable, s.best_leftover, k)
     gpu_milli = 1000 * k if k > 0 else req.req_milli
-    for nb, np_ in (
-        (least_allocated_nb, least_allocated_np),
-        (most_allocated_nb, most_allocated_np),
-    ):
+    for most in (False, True):
         both(
-            nb,
-            np_,
+            allocated_score_nb,
+            allocated_score_np,
             cl.node_valid,
             cl.node_cpu_alloc,
             cl.node_cpu_free,
@@ -91,6 +86,7 @@ def test_scores_equal_twins(
             w_cpu,
             w_mem,
             w_gpu,
+            most,
         )
     both(thermal_score_nb, thermal_score_np, cl.node_valid, cl.node_temp, 50.0, 82.0)
     both(thermal_score_nb, thermal_score_np, cl.node_valid, cl.node_temp, 60.0, 60.0)
@@ -148,11 +144,11 @@ def test_allocated_scores_follow_kube_scheduler() -> None:
         500,
         1000,
     )
-    assert one(least_allocated_nb, *args, 1, 1, 2) == (25 + 50 + 2 * 37) // 4
-    assert one(most_allocated_nb, *args, 1, 1, 2) == (75 + 50 + 2 * 62) // 4
+    assert one(allocated_score_nb, *args, 1, 1, 2, False) == (25 + 50 + 2 * 37) // 4
+    assert one(allocated_score_nb, *args, 1, 1, 2, True) == (75 + 50 + 2 * 62) // 4
     # Without a GPU request the GPU does not count (kube's extended-resource rule).
     no_gpu = (*args[:-1], 0)
-    assert one(least_allocated_nb, *no_gpu, 1, 1, 2) == (25 + 50) // 2
+    assert one(allocated_score_nb, *no_gpu, 1, 1, 2, False) == (25 + 50) // 2
 
 
 @pytest.mark.parametrize(

@@ -1,10 +1,12 @@
-"""``most_allocated``: kube-scheduler's NodeResourcesFit MostAllocated score,
-prefer the fullest node (bin packing).
+"""``allocated_score``: kube-scheduler's NodeResourcesFit LeastAllocated (``most=False``,
+prefer the emptiest node: spreading) and MostAllocated (``most=True``, prefer the fullest:
+bin packing) scores; one kernel, as the two differ only in the per-resource formula.
 
-Integer arithmetic exactly as kube-scheduler's ``mostRequestedScore`` and
-``mostResourceScorer``, so a profile ported from kube-scheduler ranks nodes the same way:
-per resource, with ``requested = used + pod request`` (used = alloc - free, at least 0),
-the score is ``min(requested, alloc) * 100 // alloc``;
+Integer arithmetic exactly as kube-scheduler's ``leastRequestedScore``/``mostRequestedScore``
+and their resource scorers, so a profile ported from kube-scheduler ranks nodes the same
+way: per resource, with ``requested = used + pod request`` (used = alloc - free, at least 0),
+the score is ``(alloc - requested) * 100 // alloc`` (0 when ``requested > alloc``) for
+LeastAllocated and ``min(requested, alloc) * 100 // alloc`` for MostAllocated;
 the node score is the integer weighted mean
 ``sum(score * weight) // sum(weight)`` over the resources the node has (``alloc > 0``).
 As in kube-scheduler, an extended resource (the GPU) counts only when the pod requests it.
@@ -25,7 +27,7 @@ from gpusched.kernels._jit import Int, njit_kernel
 
 
 @njit_kernel
-def most_allocated_nb(
+def allocated_score_nb(
     rows: npt.NDArray[np.bool_],
     node_cpu_alloc: npt.NDArray[np.int64],
     node_cpu_free: npt.NDArray[np.int64],
@@ -39,9 +41,10 @@ def most_allocated_nb(
     weight_cpu: int,
     weight_mem: int,
     weight_gpu: int,
+    most: bool,
     out: npt.NDArray[np.float64],
 ) -> None:
-    """Write the MostAllocated score of every row into ``out``."""
+    """Write the LeastAllocated (or, with ``most``, MostAllocated) score of every row."""
     for n in range(rows.shape[0]):
         score: Int = 0
         if rows[n]:
@@ -67,7 +70,7 @@ def most_allocated_nb(
                         continue
                 if alloc <= 0:
                     continue
-                total += _resource_score(alloc, max(np.int64(0), alloc - free) + req) * w
+                total += _resource_score(alloc, max(np.int64(0), alloc - free) + req, most) * w
                 weights += w
             if weights > 0:
                 score = total // weights
@@ -75,11 +78,15 @@ def most_allocated_nb(
 
 
 @njit_kernel
-def _resource_score(alloc: Int, requested: Int) -> Int:
-    return min(requested, alloc) * 100 // alloc
+def _resource_score(alloc: Int, requested: Int, most: bool) -> Int:
+    if most:
+        return min(requested, alloc) * 100 // alloc
+    if requested > alloc:
+        return 0
+    return (alloc - requested) * 100 // alloc
 
 
-def most_allocated_np(
+def allocated_score_np(
     rows: npt.NDArray[np.bool_],
     node_cpu_alloc: npt.NDArray[np.int64],
     node_cpu_free: npt.NDArray[np.int64],
@@ -93,9 +100,10 @@ def most_allocated_np(
     weight_cpu: int,
     weight_mem: int,
     weight_gpu: int,
+    most: bool,
     out: npt.NDArray[np.float64],
 ) -> None:
-    """NumPy twin of :func:`most_allocated_nb`."""
+    """NumPy twin of :func:`allocated_score_nb`."""
     gpu_alloc = usable.astype(np.int64) * 1000
     resources = [
         (node_cpu_alloc.astype(np.int64), node_cpu_free.astype(np.int64), req_cpu, weight_cpu),
@@ -113,14 +121,16 @@ def most_allocated_np(
     for alloc, free, req, w in resources:
         has = alloc > 0
         requested = np.maximum(0, alloc - free) + req
-        total += np.where(has, _resource_score_np(alloc, requested) * w, 0)
+        total += np.where(has, _resource_score_np(alloc, requested, most) * w, 0)
         weights += np.where(has, w, 0)
     score = total // np.where(weights > 0, weights, 1)
     out[:] = np.where(rows & (weights > 0), score, 0).astype(np.float64)
 
 
 def _resource_score_np(
-    alloc: npt.NDArray[np.int64], requested: npt.NDArray[np.int64]
+    alloc: npt.NDArray[np.int64], requested: npt.NDArray[np.int64], most: bool
 ) -> npt.NDArray[np.int64]:
     safe = np.where(alloc > 0, alloc, 1)
-    return np.minimum(requested, alloc) * 100 // safe
+    if most:
+        return np.minimum(requested, alloc) * 100 // safe
+    return np.where(requested > alloc, 0, (alloc - requested) * 100 // safe)
