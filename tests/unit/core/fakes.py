@@ -2,46 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
 
-from gpusched.core.cache.snapshot import Snapshot
 from gpusched.framework import CycleState, FilterResult, Mask, Rows, Scores, Status
 from gpusched.model.node import Card, NodeModel
 from gpusched.model.pod import PodInfo, PodRequest
-
-
-@dataclass
-class FakeCluster:
-    binds: list[tuple[str, str]] = field(default_factory=list)
-    annotations: dict[str, dict[str, str]] = field(default_factory=dict)
-
-    async def annotate(self, pod: PodInfo, annotations: Mapping[str, str]) -> Status:
-        self.annotations.setdefault(pod.uid, {}).update(annotations)
-        return Status()
-
-    async def bind(self, pod: PodInfo, node: str) -> Status:
-        self.binds.append((pod.name, node))
-        return Status()
-
-
-@dataclass
-class FakeHandle:
-    snapshot: Snapshot
-    cluster: FakeCluster = field(default_factory=FakeCluster)
-    t: float = 0.0
-
-    def now(self) -> float:
-        return self.t
-
-    def pods_on_node(self, node: str) -> Iterable[PodInfo]:
-        return ()
-
-    def job_rows(self, job_id: str) -> Rows:
-        return np.empty(0, np.intp)
 
 
 def gpu_node(

@@ -15,7 +15,6 @@ from gpusched.framework import Code, CycleState
 from tests.unit.core.fakes import (
     Binder,
     EvenRows,
-    FakeHandle,
     Gate,
     OutOfRange,
     ReverseRowScore,
@@ -24,6 +23,7 @@ from tests.unit.core.fakes import (
     gpu_node,
     make_pod,
 )
+from tests.unit.fakes import FakeHandle
 
 
 def registry() -> Registry:

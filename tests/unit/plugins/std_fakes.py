@@ -3,47 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from gpusched.core.cache.snapshot import Snapshot
-from gpusched.framework import FilterResult, Mask, Rows, Status
+from gpusched.framework import FilterResult, Mask, Rows
 from gpusched.model.node import Card, NodeModel, Taint
 from gpusched.model.pod import PodInfo, PodRequest
 
 GiB = 2**30
 MiB = 2**20
-
-
-@dataclass
-class FakeCluster:
-    binds: list[tuple[str, str]] = field(default_factory=list)
-    answer: Status = field(default_factory=Status)
-
-    async def annotate(self, pod: PodInfo, annotations: Mapping[str, str]) -> Status:
-        return Status()
-
-    async def bind(self, pod: PodInfo, node: str) -> Status:
-        self.binds.append((pod.key, node))
-        return self.answer
-
-
-@dataclass
-class FakeHandle:
-    snapshot: Snapshot
-    cluster: FakeCluster = field(default_factory=FakeCluster)
-    t: float = 0.0
-
-    def now(self) -> float:
-        return self.t
-
-    def pods_on_node(self, node: str) -> Iterable[PodInfo]:
-        return ()
-
-    def job_rows(self, job_id: str) -> Rows:
-        return np.empty(0, np.intp)
 
 
 def node(

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from gpusched.framework import BindPlugin, Code, CycleState, Status
 from gpusched.plugins.default_binder import DefaultBinder
-from tests.unit.plugins.std_fakes import FakeHandle, node, pod, snapshot
+from tests.unit.fakes import FakeHandle
+from tests.unit.plugins.std_fakes import node, pod, snapshot
 
 
 async def test_binds_through_the_cluster_port() -> None:

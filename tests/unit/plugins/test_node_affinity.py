@@ -19,8 +19,8 @@ from gpusched.framework import (
 )
 from gpusched.model.pod import PodInfo
 from gpusched.plugins.node_affinity import NodeAffinity, NodeAffinityArgs
+from tests.unit.fakes import FakeHandle
 from tests.unit.plugins.std_fakes import (
-    FakeHandle,
     all_rows,
     node,
     passing,

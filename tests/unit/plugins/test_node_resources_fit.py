@@ -24,8 +24,8 @@ from gpusched.plugins.node_resources_fit import (
     UtilizationShapePoint,
 )
 from gpusched.plugins.node_resources_fit.plugin import STATE
+from tests.unit.fakes import FakeHandle
 from tests.unit.plugins.std_fakes import (
-    FakeHandle,
     MiB,
     all_rows,
     node,

@@ -8,7 +8,8 @@ import pytest
 
 from gpusched.framework import CycleState, FilterPlugin
 from gpusched.plugins.node_unschedulable import NodeUnschedulable
-from tests.unit.plugins.std_fakes import FakeHandle, all_rows, node, passing, pod, snapshot
+from tests.unit.fakes import FakeHandle
+from tests.unit.plugins.std_fakes import all_rows, node, passing, pod, snapshot
 
 KEY = "node.kubernetes.io/unschedulable"
 

@@ -7,7 +7,8 @@ import functools
 from gpusched.framework import QueueSortPlugin
 from gpusched.model.pod import PodInfo
 from gpusched.plugins.priority_sort import PrioritySort
-from tests.unit.plugins.std_fakes import FakeHandle, pod, snapshot
+from tests.unit.fakes import FakeHandle
+from tests.unit.plugins.std_fakes import pod, snapshot
 
 
 def sort(pods: list[PodInfo]) -> list[str]:

@@ -9,8 +9,8 @@ import pytest
 
 from gpusched.framework import CycleState, FilterPlugin, NormalizeScorePlugin, ScorePlugin
 from gpusched.plugins.taint_toleration import TaintToleration
+from tests.unit.fakes import FakeHandle
 from tests.unit.plugins.std_fakes import (
-    FakeHandle,
     all_rows,
     node,
     passing,
