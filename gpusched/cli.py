@@ -21,6 +21,76 @@ DEMO_PROFILES = ("ai-scheduler", "least-allocated", "most-allocated")
 
 
 def _cmd_simulate(args: argparse.Namespace) -> int:
+    if args.protocol == "fgd":
+        return _cmd_simulate_fgd(args)
+    return _cmd_simulate_demo(args)
+
+
+def _cmd_simulate_fgd(args: argparse.Namespace) -> int:
+    """The FGD paper's protocol on an openb trace (gpusched/sim/fgd_protocol.py)."""
+    from pathlib import Path
+
+    from gpusched.plugins import default_registry
+    from gpusched.sim import fgd_report
+    from gpusched.sim.fgd_protocol import (
+        POLICIES,
+        PolicyResult,
+        load_trace,
+        parse_policies,
+        parse_seeds,
+        run_seed,
+    )
+    from gpusched.sim.fgd_workload import build_workload
+
+    console = Console(width=max(120, Console().width))
+    if args.trace_dir is None:
+        console.print("--protocol fgd needs --trace-dir (e.g. ../shared/traces/openb)")
+        return 2
+    trace = load_trace(args.trace_dir, args.pods)
+    seeds = parse_seeds(args.seeds)
+    policies = parse_policies(args.policies) if args.policies else list(POLICIES)
+    registry = default_registry()
+    ref_dir = args.reference_dir or Path(args.trace_dir).resolve().parent.parent / "reference"
+    published = fgd_report.load_published(ref_dir, trace.name)
+    console.print(
+        f"trace {trace.name}: {sum(1 for n in trace.nodes if n.gpu)} GPU nodes,"
+        f" {len(trace.pods)} pods; seeds {seeds[0]}..{seeds[-1]}; tie-break {args.tie_break}"
+    )
+    workloads = {s: build_workload(trace.pods, trace.nodes, s) for s in seeds}
+    results: list[PolicyResult] = []
+    errors = 0
+    for name in policies:
+        runs = []
+        for s in seeds:
+            run = run_seed(
+                trace,
+                name,
+                s,
+                registry,
+                workload=workloads[s],
+                keep_placements=args.placements_out is not None,
+                tie_break=args.tie_break,
+            )
+            errors += run.errors
+            if args.placements_out is not None:
+                fgd_report.write_placements(args.placements_out, run)
+            console.print(
+                f"  {name:<14} seed {s}: unallocated at 100% {100 - run.curve()[100]:5.2f}%"
+                f"  {run.seconds:5.2f} s  {run.us_per_pod:4.0f} µs/pod"
+            )
+            runs.append(run)
+        results.append(PolicyResult(name, runs))
+    console.print(fgd_report.table(trace.name, results, published))
+    if args.json_out:
+        fgd_report.write_json(args.json_out, fgd_report.to_json(trace.name, results, published))
+    if args.curves_out:
+        fgd_report.write_curves(args.curves_out, trace.name, results)
+    if args.plot_out:
+        fgd_report.write_plot(args.plot_out, trace.name, results)
+    return 0 if errors == 0 else 1
+
+
+def _cmd_simulate_demo(args: argparse.Namespace) -> int:
     from gpusched.config import builtin_profile
     from gpusched.plugins import default_registry
     from gpusched.sim.demo import DemoResult, run_profile
@@ -123,6 +193,35 @@ def build_parser() -> argparse.ArgumentParser:
         default=DEMO_PROFILES,
         help="comma-separated built-in profiles",
     )
+    fgd = sim.add_argument_group("trace protocols (docs/fgd-protocol.md)")
+    fgd.add_argument(
+        "--protocol",
+        choices=("demo", "fgd"),
+        default="demo",
+        help="demo: the built-in fleet; fgd: the FGD paper's protocol on an openb trace",
+    )
+    fgd.add_argument("--trace-dir", help="directory of the openb CSV files")
+    fgd.add_argument("--pods", default="openb_pod_list_default.csv", help="pod list file")
+    fgd.add_argument("--seeds", default="42-51", help="e.g. 42-51 or 42,43")
+    fgd.add_argument(
+        "--policies",
+        help="comma-separated: Random, DotProduct, GpuPacking, GpuClustering, BestFit, FGD,"
+        " LeastAllocated, MostAllocated, ai-scheduler (default: all)",
+    )
+    fgd.add_argument(
+        "--tie-break",
+        choices=("first", "random"),
+        default="first",
+        help="top-score ties: first node in the seeded node order (reproduces the published"
+        " numbers) or uniformly random (upstream kube-scheduler)",
+    )
+    fgd.add_argument(
+        "--reference-dir", help="published results (default: <trace-dir>/../../reference)"
+    )
+    fgd.add_argument("--json-out", help="write the summary as JSON")
+    fgd.add_argument("--curves-out", help="write the allocation curves (CSV)")
+    fgd.add_argument("--plot-out", help="write allocation vs arrived demand (PNG)")
+    fgd.add_argument("--placements-out", help="write DIR/<policy>-<seed>.csv placements")
     sim.set_defaults(func=_cmd_simulate)
 
     chk = sub.add_parser("check-config", help="validate a scheduler configuration file")

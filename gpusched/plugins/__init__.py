@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 from gpusched.core.runtime.registry import Registry
+from gpusched.plugins.best_fit_score import BestFitScore
 from gpusched.plugins.default_binder import DefaultBinder
+from gpusched.plugins.dot_product_score import DotProductScore
+from gpusched.plugins.fgd_score import FGDScore
+from gpusched.plugins.gpu_clustering_score import GpuClusteringScore
 from gpusched.plugins.gpu_fit import GPUFit
 from gpusched.plugins.gpu_fragmentation import GPUFragmentation
+from gpusched.plugins.gpu_packing_score import GpuPackingScore
 from gpusched.plugins.network_locality import NetworkLocality
 from gpusched.plugins.node_affinity import NodeAffinity
 from gpusched.plugins.node_resources_fit import NodeResourcesFit
 from gpusched.plugins.node_unschedulable import NodeUnschedulable
 from gpusched.plugins.priority_sort import PrioritySort
+from gpusched.plugins.random_score import RandomScore
 from gpusched.plugins.taint_toleration import TaintToleration
 from gpusched.plugins.thermal import Thermal
 
@@ -25,6 +31,13 @@ BUILTIN = (
     Thermal,
     NetworkLocality,
     DefaultBinder,
+    # The FGD paper's policies (docs/fgd-protocol.md), for the FGD protocol's comparisons.
+    FGDScore,
+    BestFitScore,
+    DotProductScore,
+    GpuPackingScore,
+    GpuClusteringScore,
+    RandomScore,
 )
 
 

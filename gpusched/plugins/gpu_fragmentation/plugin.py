@@ -1,10 +1,11 @@
-"""GPUFragmentation (Score): place pods so the cluster keeps usable GPU shapes.
+"""GPUFragmentation (Score): fragmentation gradient descent against a learnt workload.
 
-A whole-card request prefers nodes it fills (taking 4 of 4 intact cards beats 4 of 8, which
-would leave the 8-card node unable to host an 8-card job); a shared request fills an
-already partial card, best fit first, rather than tearing an intact one. CPU-only pods
-prefer nodes without GPUs, then GPU nodes already in use, so they do not eat the CPU a
-whole-node GPU job will need.
+A node scores by how much the placement lowers its fragmentation (the FGD measure,
+gpusched/kernels/fgd.py) against the target workload; for a shared pod every card is
+tried and the best one is written to CARD_HINT, which GPUFit's Reserve takes. Unlike the
+published FGD, the target workload is not given: the plugin learns it online from the pods
+it scores (ShapeLearner), the same way in the daemon and in the simulator. See README.md
+for the variants measured and why these defaults.
 """
 
 from __future__ import annotations
@@ -15,47 +16,83 @@ import numpy as np
 
 from gpusched.framework.cycle_state import CycleState
 from gpusched.framework.interfaces import Handle, Rows, Scores
-from gpusched.kernels import frag_score_nb, frag_score_np
-from gpusched.kernels.dispatch import pick
 from gpusched.model.node import FULL_CARD_MILLI
 from gpusched.model.pod import PodInfo
-from gpusched.plugins.gpu_fit.state import summary_for
+from gpusched.plugins.fgd_score.target import FragCache
+from gpusched.plugins.gpu_fit.state import CARD_HINT, GPU_REQUEST
+from gpusched.plugins.gpu_fragmentation.args import GPUFragmentationArgs
+from gpusched.plugins.gpu_fragmentation.learner import ShapeLearner
 
-frag_score = pick(frag_score_nb, frag_score_np)
-
-# CPU-only pods: a node without GPUs scores 100, a GPU node up to this, more when its
-# cards are already busy.
-CPU_POD_ON_GPU_NODE_MAX = 50.0
+NEUTRAL = 50.0
 
 
 class GPUFragmentation:
     name: ClassVar[str] = "GPUFragmentation"
+    Args: ClassVar[type[GPUFragmentationArgs]] = GPUFragmentationArgs
 
-    def __init__(self, args: object, handle: Handle) -> None:
+    def __init__(self, args: GPUFragmentationArgs | None, handle: Handle) -> None:
+        self.args = args or GPUFragmentationArgs()
         self.handle = handle
+        self.learner = ShapeLearner(
+            self.args.half_life_pods, self.args.popularity, self.args.max_classes
+        )
+        self.cache = FragCache()
+        self._since_refresh = 0
+
+    def _learn(self, pod: PodInfo) -> None:
+        if not self.learner.observe(pod.uid, pod.request):
+            return
+        self._since_refresh += 1
+        # Early on every pod changes the estimate a lot: refresh at 1, 2, 4, ... pods,
+        # then every refresh_pods.
+        seen = self.learner.seen
+        due = self._since_refresh >= self.args.refresh_pods or (seen & (seen - 1)) == 0
+        if due:
+            self.cache.set_target(self.learner.target())
+            self._since_refresh = 0
+
+    def _pack(self, out: Scores, pod: PodInfo, rows: Rows) -> Scores:
+        """Blend in the node's used GPU share after the placement: among placements FGD
+        cannot tell apart, fill nodes (a 4-card job takes a 4-card node, not half of an
+        8-card one). A CPU-only pod counts a node without GPUs as full, so it leaves the
+        GPU nodes' CPU to GPU pods."""
+        snap = self.handle.snapshot
+        cap = snap.node_card_count[rows].astype(np.float64) * FULL_CARD_MILLI
+        free = snap.card_free_milli[rows].sum(axis=1).astype(np.float64)
+        req = pod.request.gpu_milli_total
+        used = np.divide(cap - free + req, cap, out=np.zeros_like(cap), where=cap > 0)
+        if req == 0:
+            used = np.where(cap > 0, used, 1.0)
+        w = self.args.pack_weight
+        blended: Scores = out * (1.0 - w / 100.0) + w * np.minimum(used, 1.0)
+        return blended
 
     def score(self, state: CycleState, pod: PodInfo, rows: Rows) -> Scores:
+        self._learn(pod)
+        if not self.cache.classes:
+            return np.full(len(rows), NEUTRAL)
         snap = self.handle.snapshot
-        request, summary = summary_for(state, snap, pod)
-        if request is None or summary is None:
-            return self._cpu_pod(rows)
-        mask = np.zeros(snap.capacity, np.bool_)
-        mask[rows] = True
-        out = np.zeros(snap.capacity, np.float64)
-        frag_score(
-            mask,
-            summary.intact,
-            summary.usable,
-            summary.best_leftover,
-            summary.best_is_partial,
-            request.cards,
-            out,
+        req = pod.request
+        request = state.get(GPU_REQUEST)
+        allowed = request.allowed if request is not None else snap.allowed_models(req.gpu_models)
+        value, card = self.cache.delta(
+            snap,
+            rows,
+            cpu=req.cpu_milli,
+            milli=req.gpu_milli if not req.gpu_cards else FULL_CARD_MILLI,
+            cards=req.gpu_cards,
+            allowed=allowed,
+            quantize=self.args.quantize,
+            card_by_raw=self.args.card_by_raw,
         )
-        return out[rows]
-
-    def _cpu_pod(self, rows: Rows) -> Scores:
-        snap = self.handle.snapshot
-        cards = snap.node_card_count[rows].astype(np.float64)
-        intact = (snap.card_free_milli[rows] == FULL_CARD_MILLI).sum(axis=1)
-        busy = np.divide(cards - intact, cards, out=np.zeros_like(cards), where=cards > 0)
-        return np.where(cards == 0, 100.0, CPU_POD_ON_GPU_NODE_MAX * busy)
+        if req.gpu_cards == 0 and req.gpu_milli > 0:
+            hint = np.full(snap.capacity, -1, np.int16)
+            hint[rows] = card
+            state.write(CARD_HINT, hint)
+        if self.args.quantize:
+            out: Scores = value
+        else:
+            out = 100.0 / (1.0 + np.exp(-np.clip(value, -5e5, 5e5) / 1000.0))
+        if self.args.pack_weight > 0:
+            out = self._pack(out, pod, rows)
+        return np.clip(out, 0.0, 100.0)

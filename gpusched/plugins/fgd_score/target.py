@@ -1,0 +1,161 @@
+"""A target workload and the per-row fragmentation cache that FGD-style scores share.
+
+``TargetClass`` is one task class (a pod shape and its weight). ``FragCache`` holds the
+per-(row, class) statistics of ``gpusched/kernels/fgd.py`` and refreshes only the rows
+whose card or CPU columns changed since the last cycle, so a cycle costs one pass over the
+candidate rows instead of recomputing every node's fragmentation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+from gpusched.core.cache.snapshot import Snapshot
+from gpusched.framework.interfaces import Rows
+from gpusched.kernels.dispatch import pick
+from gpusched.kernels.fgd import fgd_delta_nb, fgd_delta_np, fgd_refresh_nb, fgd_refresh_np
+
+fgd_refresh = pick(fgd_refresh_nb, fgd_refresh_np)
+fgd_delta = pick(fgd_delta_nb, fgd_delta_np)
+
+
+@dataclass(frozen=True, slots=True)
+class TargetClass:
+    """One task class: CPU milli, GPU milli per card (0 for CPU-only), cards, acceptable
+    models (``A|B``, empty = any) and its weight (weights are normalised to sum 1)."""
+
+    cpu_milli: int = 0
+    gpu_milli: int = 0
+    gpu_count: int = 0
+    gpu_models: str = ""
+    weight: float = 1.0
+
+    def validate(self) -> list[tuple[str, str]]:
+        errors: list[tuple[str, str]] = []
+        if not 0 <= self.gpu_milli <= 1000:
+            errors.append(("gpuMilli", f"must be in [0, 1000], got {self.gpu_milli}"))
+        if self.gpu_count < 0 or (self.gpu_milli > 0) != (self.gpu_count > 0):
+            errors.append(("gpuCount", "must be > 0 exactly when gpuMilli > 0"))
+        if not self.weight >= 0:
+            errors.append(("weight", f"must be >= 0, got {self.weight}"))
+        return errors
+
+
+class FragCache:
+    """Fragmentation statistics per snapshot row against one target workload."""
+
+    def __init__(self) -> None:
+        self.classes: tuple[TargetClass, ...] = ()
+        self.cls_cpu = np.zeros(0, np.int64)
+        self.cls_milli = np.zeros(0, np.int64)
+        self.cls_num = np.zeros(0, np.int64)
+        self.cls_p = np.zeros(0, np.float64)
+        self.cls_access = np.zeros((0, 1), np.bool_)
+        self._force = True
+        self._generation = -1
+        self._models = -1
+        self.cnt = np.zeros((0, 0), np.int16)
+        self.fs = np.zeros((0, 0), np.int64)
+        self.before = np.zeros(0, np.float64)
+        self.seen_free = np.zeros((0, 0), np.int32)
+        self.seen_cpu = np.zeros(0, np.int64)
+        self.refreshed = 0  # rows recomputed, for tests and benchmarks
+
+    def set_target(self, classes: Sequence[TargetClass]) -> None:
+        total = sum(c.weight for c in classes)
+        self.classes = tuple(classes)
+        self.cls_cpu = np.array([c.cpu_milli for c in classes], np.int64)
+        self.cls_milli = np.array([c.gpu_milli for c in classes], np.int64)
+        self.cls_num = np.array([c.gpu_count for c in classes], np.int64)
+        self.cls_p = np.array([c.weight / total if total > 0 else 0.0 for c in classes], np.float64)
+        self._force = True
+        self._models = -1
+
+    def refresh(self, snap: Snapshot) -> None:
+        """Bring the statistics up to date with the snapshot (changed rows only)."""
+        n, k = snap.capacity, len(self.classes)
+        if self.cnt.shape != (n, k) or self.seen_free.shape != snap.card_free_milli.shape:
+            self.cnt = np.zeros((n, k), np.int16)
+            self.fs = np.zeros((n, k), np.int64)
+            self.before = np.zeros(n, np.float64)
+            self.seen_free = np.zeros_like(snap.card_free_milli)
+            self.seen_cpu = np.zeros(n, np.int64)
+            self._force = True
+        if len(snap.models) != self._models:
+            m = max(1, len(snap.models))
+            access = np.zeros((k, m), np.bool_)
+            for i, c in enumerate(self.classes):
+                models = tuple(x for x in c.gpu_models.split("|") if x)
+                access[i] = snap.allowed_models(models)[:m]
+            self.cls_access = access
+            self._models = len(snap.models)
+            self._force = True
+        if snap.generation != self._generation:
+            # Nodes added, removed or relabelled: a row may now hold another node.
+            self._generation = snap.generation
+            self._force = True
+        self.refreshed += fgd_refresh(
+            self._force,
+            snap.node_valid,
+            snap.card_free_milli,
+            snap.node_card_count,
+            snap.card_model,
+            snap.node_cpu_free,
+            self.seen_free,
+            self.seen_cpu,
+            self.cls_cpu,
+            self.cls_milli,
+            self.cls_num,
+            self.cls_p,
+            self.cls_access,
+            self.cnt,
+            self.fs,
+            self.before,
+        )
+        self._force = False
+
+    def delta(
+        self,
+        snap: Snapshot,
+        rows: Rows,
+        *,
+        cpu: int,
+        milli: int,
+        cards: int,
+        allowed: NDArray[np.bool_],
+        quantize: bool,
+        card_by_raw: bool = False,
+    ) -> tuple[NDArray[np.float64], NDArray[np.int16]]:
+        """Per row: FGD value of the placement (see the kernel) and the chosen card."""
+        self.refresh(snap)
+        value = np.empty(len(rows), np.float64)
+        card = np.empty(len(rows), np.int16)
+        fgd_delta(
+            rows,
+            snap.card_free_milli,
+            snap.node_card_count,
+            snap.card_model,
+            snap.card_healthy,
+            snap.node_cpu_free,
+            self.cnt,
+            self.fs,
+            self.before,
+            self.cls_cpu,
+            self.cls_milli,
+            self.cls_num,
+            self.cls_p,
+            self.cls_access,
+            allowed,
+            cpu,
+            milli,
+            cards,
+            quantize,
+            card_by_raw,
+            value,
+            card,
+        )
+        return value, card

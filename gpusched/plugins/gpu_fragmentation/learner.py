@@ -1,0 +1,69 @@
+"""Online estimate of the workload's pod shapes (the target workload FGD needs).
+
+The published FGD is told the trace's shape distribution in advance; a live scheduler is
+not. This learner counts the shapes of the pods the scheduler has scored, with an
+exponential decay (half-life in pods), and hands out FGD-style "typical pods": the most
+frequent shapes covering ``popularity`` of the count, renormalised.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from gpusched.model.pod import PodRequest
+from gpusched.plugins.fgd_score.target import TargetClass
+
+Shape = tuple[int, int, int, str]  # cpu milli, gpu milli per card, cards, models
+
+
+def shape_of(req: PodRequest) -> Shape:
+    if req.gpu_cards:
+        return (req.cpu_milli, 1000, req.gpu_cards, "|".join(req.gpu_models))
+    if req.gpu_milli > 0:
+        return (req.cpu_milli, req.gpu_milli, 1, "|".join(req.gpu_models))
+    return (req.cpu_milli, 0, 0, "")
+
+
+class ShapeLearner:
+    def __init__(self, half_life_pods: float, popularity: float, max_classes: int) -> None:
+        # Counts are stored scaled by 1/decay**t so an observation costs O(1); they are
+        # renormalised when the scale grows large.
+        self._decay = 0.5 ** (1.0 / half_life_pods) if half_life_pods > 0 else 1.0
+        self._scale = 1.0
+        self.counts: dict[Shape, float] = {}
+        self.popularity = popularity
+        self.max_classes = max_classes
+        self.seen = 0
+        self._recent: deque[str] = deque(maxlen=4096)
+        self._recent_set: set[str] = set()
+
+    def observe(self, uid: str, req: PodRequest) -> bool:
+        """Count a pod once (a pod retried after failing is not counted again)."""
+        if uid in self._recent_set:
+            return False
+        if len(self._recent) == self._recent.maxlen:
+            self._recent_set.discard(self._recent[0])
+        self._recent.append(uid)
+        self._recent_set.add(uid)
+        self._scale /= self._decay
+        if self._scale > 1e100:
+            self.counts = {k: v / self._scale for k, v in self.counts.items()}
+            self._scale = 1.0
+        key = shape_of(req)
+        self.counts[key] = self.counts.get(key, 0.0) + self._scale
+        self.seen += 1
+        return True
+
+    def target(self) -> tuple[TargetClass, ...]:
+        total = sum(self.counts.values())
+        if total <= 0:
+            return ()
+        ranked = sorted(self.counts.items(), key=lambda kv: (kv[1], kv[0]), reverse=True)
+        out: list[TargetClass] = []
+        cum = 0.0
+        for (cpu, milli, cards, models), c in ranked[: self.max_classes]:
+            out.append(TargetClass(cpu, milli, cards, models, c / total))
+            cum += c
+            if cum >= self.popularity * total:
+                break
+        return tuple(out)

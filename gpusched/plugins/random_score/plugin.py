@@ -1,0 +1,50 @@
+"""RandomScore (PreScore + Score): the FGD paper's Random baseline.
+
+PreScore draws one feasible node, which scores 100 (all others 0); a shared pod gets a
+uniformly random card among those that can hold it (written to CARD_HINT), whole-card
+pods GPUFit's lowest-index intact cards.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import numpy as np
+
+from gpusched.framework.cycle_state import CycleState, StateKey
+from gpusched.framework.interfaces import Handle, Rows, Scores
+from gpusched.framework.status import Status
+from gpusched.model.pod import PodInfo
+from gpusched.plugins.gpu_fit.state import CARD_HINT
+from gpusched.plugins.random_score.args import RandomScoreArgs
+
+_PICK: StateKey[int] = StateKey("RandomScore/pick")
+
+
+class RandomScore:
+    name: ClassVar[str] = "RandomScore"
+    Args: ClassVar[type[RandomScoreArgs]] = RandomScoreArgs
+
+    def __init__(self, args: RandomScoreArgs | None, handle: Handle) -> None:
+        self.args = args or RandomScoreArgs()
+        self.handle = handle
+        self.rng = np.random.default_rng(self.args.seed)
+
+    def pre_score(self, state: CycleState, pod: PodInfo, rows: Rows) -> Status:
+        row = int(rows[self.rng.integers(len(rows))])
+        state.write(_PICK, row)
+        req = pod.request
+        if req.gpu_cards == 0 and req.gpu_milli > 0:
+            snap = self.handle.snapshot
+            k = int(snap.node_card_count[row])
+            fits = np.flatnonzero(snap.card_free_milli[row, :k] >= req.gpu_milli)
+            if len(fits):
+                hint = np.full(snap.capacity, -1, np.int16)
+                hint[row] = int(fits[self.rng.integers(len(fits))])
+                state.write(CARD_HINT, hint)
+        return Status()
+
+    def score(self, state: CycleState, pod: PodInfo, rows: Rows) -> Scores:
+        out = np.zeros(len(rows), np.float64)
+        out[rows == state.read(_PICK)] = 100.0
+        return out

@@ -1,0 +1,137 @@
+"""FGD protocol invariants on a small inline trace (no ../shared needed)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gpusched.plugins import default_registry
+from gpusched.sim import fgd_report
+from gpusched.sim.fgd_protocol import (
+    PolicyResult,
+    Trace,
+    discrete_curve,
+    load_trace,
+    parse_policies,
+    parse_seeds,
+    run_seed,
+)
+from gpusched.sim.openb import POD_COLUMNS, TraceNode, TracePod
+
+NODES = (
+    TraceNode("n-0", 64000, 262144, 2, "P100"),
+    TraceNode("n-1", 96000, 786432, 8, "G2"),
+    TraceNode("n-2", 32000, 131072, 4, "T4"),
+    TraceNode("n-3", 96000, 786432, 8, "G2"),
+)
+
+
+def _pods() -> tuple[TracePod, ...]:
+    rng = np.random.default_rng(7)
+    out = []
+    shapes = [(4000, 1, 250, ""), (8000, 1, 500, ""), (12000, 1, 1000, ""), (24000, 2, 1000, "")]
+    shapes += [(3000, 0, 0, ""), (6000, 1, 300, "T4"), (16000, 4, 1000, "G2")]
+    for i in range(40):
+        cpu, n, milli, spec = shapes[int(rng.integers(len(shapes)))]
+        out.append(TracePod(f"p-{i:03d}", cpu, 4096, n, milli, spec))
+    return tuple(out)
+
+
+TRACE = Trace("tiny", NODES, _pods())
+REG = default_registry()
+POLICIES = ("FGD", "BestFit", "GpuPacking", "GpuClustering", "DotProduct", "Random", "ai-scheduler")
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_invariants(policy: str) -> None:
+    run = run_seed(TRACE, policy, 42, REG, keep_placements=True)
+    assert run.errors == 0
+    cap = sum(n.gpu for n in NODES) * 1000
+    assert run.capacity == cap
+    per_card: dict[tuple[str, int], int] = defaultdict(int)
+    used = 0
+    for p in run.placements:
+        for c, m in zip(p.gpu_ids, p.gpu_milli, strict=True):
+            per_card[(p.node, c)] += m
+            used += m
+    # No card is ever over-allocated; allocation accounting matches the placements.
+    assert all(v <= 1000 for v in per_card.values())
+    assert used == run.used[-1]
+    # Arrived demand counts every arrival, dropped ones included, and reaches 1.3x.
+    assert np.all(np.diff(run.arrived) >= 0)
+    assert run.arrived[-1] >= 1.2 * cap
+    assert np.all(run.used <= run.arrived)
+    assert run.dropped == sum(1 for p in run.placements if not p.node)
+
+
+@pytest.mark.parametrize("policy", ["FGD", "Random", "ai-scheduler"])
+def test_seed_reproduces_placements(policy: str) -> None:
+    a = run_seed(TRACE, policy, 43, REG, keep_placements=True)
+    b = run_seed(TRACE, policy, 43, REG, keep_placements=True)
+    assert a.placements == b.placements
+
+
+def test_model_constraint_respected() -> None:
+    run = run_seed(TRACE, "FGD", 44, REG, keep_placements=True)
+    by_name = {p.name: p for p in TRACE.pods}
+    for p in run.placements:
+        src = by_name[p.pod.split("-tuned-")[0]]
+        if p.node and src.gpu_spec and src.num_gpu:
+            model = next(n.model for n in NODES if n.sn == p.node)
+            assert model in src.gpu_spec.split("|")
+
+
+def test_discrete_curve_rounds_and_falls_back() -> None:
+    cap = 1000
+    arrived = np.array([100, 200, 400, 404], np.int64)  # 10%, 20%, 40%, 40.4%
+    used = np.array([100, 150, 300, 310], np.int64)
+    c = discrete_curve(arrived, used, cap)
+    assert c[10] == 10.0 and c[20] == 15.0
+    assert c[40] == 30.5  # mean of the two samples at 40 %
+    assert c[41] == 30.5  # no sample at 41: neighbours 40..42
+    assert np.isnan(c[30])
+
+
+def test_parsers() -> None:
+    assert parse_seeds("42-44,50") == [42, 43, 44, 50]
+    assert parse_policies("fgd,bestfit,ai") == ["FGD", "BestFit", "ai-scheduler"]
+    with pytest.raises(KeyError):
+        parse_policies("nope")
+
+
+def test_outputs(tmp_path: Path) -> None:
+    runs = [run_seed(TRACE, "BestFit", s, REG, keep_placements=True) for s in (42, 43)]
+    res = [PolicyResult("BestFit", runs)]
+    data = fgd_report.to_json("tiny", res, {})
+    entry = data["policies"]["BestFit"]["unallocated_pct_at_100"]
+    assert set(entry) == {"mean", "std"}
+    fgd_report.write_curves(tmp_path / "c.csv", "tiny", res)
+    assert len((tmp_path / "c.csv").read_text().splitlines()) == 3
+    path = fgd_report.write_placements(tmp_path / "pl", runs[0])
+    lines = path.read_text().splitlines()
+    assert lines[0] == "seq,pod,node,gpu_ids,gpu_milli"
+    assert len(lines) == len(runs[0].placements) + 1
+
+
+def test_load_trace_from_csv(tmp_path: Path) -> None:
+    (tmp_path / "openb_node_list_gpu_node.csv").write_text(
+        "sn,cpu_milli,memory_mib,gpu,model\nn-0,64000,262144,2,P100\n"
+    )
+    (tmp_path / "openb_pod_list_x.csv").write_text(
+        ",".join(POD_COLUMNS) + "\np-0,1000,1024,1,500,,LS,Running,0,10,0\n"
+    )
+    tr = load_trace(tmp_path, "openb_pod_list_x.csv")
+    assert tr.name == "x" and len(tr.nodes) == 1 and len(tr.pods) == 1
+
+
+SHARED = Path(__file__).resolve().parents[3].parent / "shared" / "traces" / "openb"
+
+
+@pytest.mark.skipif(not SHARED.is_dir(), reason=f"openb trace not found at {SHARED}")
+def test_default_trace_bestfit_seed42_close_to_published() -> None:
+    trace = load_trace(SHARED, "openb_pod_list_default.csv")
+    run = run_seed(trace, "BestFit", 42, REG)
+    assert abs((100 - run.curve()[100]) - 7.14) < 0.6
