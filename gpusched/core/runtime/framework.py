@@ -73,21 +73,51 @@ class ScoreResult:
 
 
 class Timings:
-    """Time per (point, plugin), for metrics and the decision record."""
+    """Time per (point, plugin), for metrics and the decision record.
 
-    __slots__ = ("calls", "ns")
+    Each (point, plugin) pair gets a slot in two flat lists when the framework is built, so
+    the per-call bookkeeping on the hot path is two list updates, not dict lookups.
+    """
+
+    __slots__ = ("_calls", "_keys", "_ns", "_slots")
 
     def __init__(self) -> None:
-        self.ns: dict[tuple[str, str], int] = {}
-        self.calls: dict[tuple[str, str], int] = {}
+        self._slots: dict[tuple[str, str], int] = {}
+        self._keys: list[tuple[str, str]] = []
+        self._ns: list[int] = []
+        self._calls: list[int] = []
+
+    def slot(self, point: str, plugin: str) -> int:
+        key = (point, plugin)
+        got = self._slots.get(key)
+        if got is None:
+            got = self._slots[key] = len(self._keys)
+            self._keys.append(key)
+            self._ns.append(0)
+            self._calls.append(0)
+        return got
+
+    def add_slot(self, slot: int, ns: int) -> None:
+        self._ns[slot] += ns
+        self._calls[slot] += 1
 
     def add(self, point: str, plugin: str, ns: int) -> None:
-        key = (point, plugin)
-        self.ns[key] = self.ns.get(key, 0) + ns
-        self.calls[key] = self.calls.get(key, 0) + 1
+        self.add_slot(self.slot(point, plugin), ns)
+
+    @property
+    def ns(self) -> dict[tuple[str, str], int]:
+        return {k: self._ns[i] for i, k in enumerate(self._keys) if self._calls[i]}
+
+    @property
+    def calls(self) -> dict[tuple[str, str], int]:
+        return {k: self._calls[i] for i, k in enumerate(self._keys) if self._calls[i]}
 
     def per_call_us(self) -> dict[str, float]:
-        return {f"{p}/{n}": self.ns[(p, n)] / self.calls[(p, n)] / 1e3 for (p, n) in self.ns}
+        return {
+            f"{p}/{n}": self._ns[i] / self._calls[i] / 1e3
+            for i, (p, n) in enumerate(self._keys)
+            if self._calls[i]
+        }
 
 
 TieBreak = Callable[[Rows], int]
@@ -160,6 +190,10 @@ class Framework:
                 strict=True,
             )
         )
+        # isinstance against a runtime-checkable Protocol costs ~20 us; decide once.
+        self._normalizes = [isinstance(p, NormalizeScorePlugin) for p, _ in self.score]
+        self._filter_slots = [self.timings.slot("Filter", p.name) for p in self.filter]
+        self._score_slots = [self.timings.slot("Score", p.name) for p, _ in self.score]
         self.reserve: list[ReservePlugin] = at(Point.RESERVE)
         self.permit: list[PermitPlugin] = at(Point.PERMIT)
         self.pre_bind: list[PreBindPlugin] = at(Point.PRE_BIND)
@@ -221,31 +255,18 @@ class Framework:
     def run_filter(self, state: CycleState, pod: PodInfo, mask: Mask) -> tuple[Mask, Diagnosis]:
         """Run every Filter over the candidate mask; a row's reason is the first filter
         that rejects it, as kube-scheduler stops at the first failing filter per node."""
-        diag = Diagnosis(total_nodes=self.handle.snapshot.size, reasons={})
-        assert diag.reasons is not None
+        diag = Diagnosis(total_nodes=self.handle.snapshot.size)
         clock = time.perf_counter_ns
-        for p in self.filter:
-            if p.name in state.skip_filter:
+        skip = state.skip_filter
+        for p, slot in zip(self.filter, self._filter_slots, strict=True):
+            if skip and p.name in skip:
                 continue
             t0 = clock()
             res = p.filter(state, pod, mask)
-            self.timings.add("Filter", p.name, clock() - t0)
-            rejected = mask & ~res.feasible
-            if res.reasons and rejected.any():
-                if res.codes is None:
-                    diag.reasons[res.reasons[0]] = diag.reasons.get(res.reasons[0], 0) + int(
-                        np.count_nonzero(rejected)
-                    )
-                else:
-                    counts = np.bincount(res.codes[rejected], minlength=len(res.reasons))
-                    for i, reason in enumerate(res.reasons):
-                        if counts[i]:
-                            diag.reasons[reason] = diag.reasons.get(reason, 0) + int(counts[i])
-                if res.unresolvable:
-                    if diag.unresolvable_rows is None:
-                        diag.unresolvable_rows = rejected
-                    else:
-                        diag.unresolvable_rows |= rejected
+            self.timings.add_slot(slot, clock() - t0)
+            if res.feasible is mask:
+                continue  # the plugin let every candidate through
+            diag.record(mask, res)
             mask = mask & res.feasible
         return mask, diag
 
@@ -281,16 +302,19 @@ class Framework:
         total = np.zeros(len(rows), np.float64)
         result = ScoreResult(rows, total)
         clock = time.perf_counter_ns
-        for p, weight in self.score:
-            if p.name in state.skip_score:
+        skip = state.skip_score
+        for (p, weight), normalizes, slot in zip(
+            self.score, self._normalizes, self._score_slots, strict=True
+        ):
+            if skip and p.name in skip:
                 continue
             t0 = clock()
             raw = p.score(state, pod, rows)
             norm = raw
-            if isinstance(p, NormalizeScorePlugin):
+            if normalizes:
                 norm = raw.copy()
-                p.normalize(state, pod, norm)
-            self.timings.add("Score", p.name, clock() - t0)
+                p.normalize(state, pod, norm)  # type: ignore[attr-defined]
+            self.timings.add_slot(slot, clock() - t0)
             if len(norm) != len(rows):
                 return None, Status(
                     Code.ERROR,

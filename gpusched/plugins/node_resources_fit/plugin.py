@@ -127,7 +127,7 @@ class NodeResourcesFit:
         )
         bad = candidates & (pods | cpu | mem)
         if not bad.any():
-            return FilterResult(candidates.copy())
+            return FilterResult(candidates)
         # First failing check wins: pods (0), else cpu (1), else memory (2).
         codes = np.where(pods, 0, np.where(cpu, 1, 2)).astype(np.int8)
         return FilterResult(candidates & ~bad, REASONS, codes)

@@ -31,5 +31,5 @@ class NodeUnschedulable:
             pod.tolerations
             and tolerated(parse_tolerations(pod.tolerations), TAINT_NODE_UNSCHEDULABLE)
         ):
-            return FilterResult(candidates.copy())
+            return FilterResult(candidates)
         return FilterResult(candidates & ~cordoned, (REASON,), unresolvable=True)

@@ -128,7 +128,7 @@ class TaintToleration:
         taintset = snap.node_taintset[:n]
         tainted = candidates & (taintset >= 0)
         if not tainted.any():
-            return FilterResult(candidates.copy())
+            return FilterResult(candidates)
         self._tables_for(snap)
         sig = parse_tolerations(pod.tolerations)
         table = self._filter.get(sig)
@@ -140,7 +140,7 @@ class TaintToleration:
         bad = table.first_bad[taintset[rows]]
         rejected_rows = rows[bad >= 0]
         if len(rejected_rows) == 0:
-            return FilterResult(candidates.copy())
+            return FilterResult(candidates)
         feasible = candidates.copy()
         feasible[rejected_rows] = False
 
