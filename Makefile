@@ -8,7 +8,7 @@ GPUSCHED_CACHE ?= $(HOME)/.cache/gpusched
 export GPUSCHED_CACHE
 STAMP := $(VENV)/.installed
 
-.PHONY: all venv bins demo test test-unit test-integration lint bench cluster-up cluster-down clean
+.PHONY: all venv bins demo demo-cluster test test-unit test-integration lint bench cluster-up cluster-down clean
 
 all: test
 
@@ -36,7 +36,15 @@ cluster-up: venv bins
 		$(if $(NODE_LIST),--node-list '$(NODE_LIST)')
 
 cluster-down: venv
+	$(PY) -m gpusched.devcluster.demo stop
 	$(PY) -m gpusched.devcluster down
+
+# The daemon on the local control plane (docs/daemon.md): starts or reuses `make cluster-up`,
+# runs `gpusched run` in the background (log: .cluster/logs/gpusched.log), applies
+# manifests/examples/demo-workload.yaml and prints pod -> node -> cards -> why. Everything
+# keeps running for kubectl until `make cluster-down`.
+demo-cluster: venv bins
+	$(PY) -m gpusched.devcluster.demo up
 
 cluster-status: venv
 	@$(PY) -m gpusched.devcluster status

@@ -166,6 +166,19 @@ def _table(results: Sequence[object]) -> Table:
     return table
 
 
+def _cmd_run(args: argparse.Namespace) -> int:
+    from gpusched.daemon.main import RunArgs, run_main
+
+    return run_main(
+        RunArgs(
+            config=args.config,
+            kubeconfig=args.kubeconfig,
+            metrics_port=args.metrics_port,
+            log_level=args.log_level,
+        )
+    )
+
+
 def _cmd_check_config(args: argparse.Namespace) -> int:
     from gpusched.config import check_config_main
     from gpusched.plugins import default_registry
@@ -223,6 +236,15 @@ def build_parser() -> argparse.ArgumentParser:
     fgd.add_argument("--plot-out", help="write allocation vs arrived demand (PNG)")
     fgd.add_argument("--placements-out", help="write DIR/<policy>-<seed>.csv placements")
     sim.set_defaults(func=_cmd_simulate)
+
+    run = sub.add_parser("run", help="run the scheduler against a cluster (docs/daemon.md)")
+    run.add_argument("--config", help="scheduler configuration YAML (default: built-in profile)")
+    run.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, then $KUBECONFIG)")
+    run.add_argument(
+        "--metrics-port", type=int, default=10259, help="/healthz /readyz /metrics; 0 = off"
+    )
+    run.add_argument("--log-level", default="info", help="debug, info, warning, error")
+    run.set_defaults(func=_cmd_run)
 
     chk = sub.add_parser("check-config", help="validate a scheduler configuration file")
     chk.add_argument("file")

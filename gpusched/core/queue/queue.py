@@ -1,0 +1,250 @@
+"""SchedulingQueue: activeQ + backoffQ + unschedulable pods, keyed by pod uid.
+
+Mirrors kube-scheduler's backend/queue/scheduling_queue.go, simplified:
+
+* a pod is in at most one place: activeQ, backoffQ, unschedulable, or in flight (popped and
+  not yet finished); the watch may deliver it again at any time, which only updates it;
+* `pop` hands out the activeQ head and counts the attempt;
+* a failed attempt comes back through `requeue`: errors go to backoffQ, unschedulable pods
+  to the unschedulable set unless the cluster changed while they were in flight (then a
+  retry may succeed, so backoffQ, as kube's moveRequestCycle does);
+* `move_all` on a cluster event moves unschedulable pods whose rejection the event may
+  resolve (a simple requeue hint) to activeQ, or to backoffQ while their backoff runs;
+* `flush` moves finished backoffs to activeQ, and retries pods left unschedulable longer
+  than podMaxInUnschedulablePodsDurationSeconds even without an event.
+
+Pure logic on an injected clock: the daemon drives `flush` from a timer, the unit tests
+from a fake clock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+from collections.abc import Callable, Iterable
+
+from gpusched.core.queue.active import ActiveQueue, Less
+from gpusched.core.queue.backoff import BackoffQueue, backoff_duration
+from gpusched.core.queue.info import QueuedPodInfo
+from gpusched.core.queue.unschedulable import UnschedulablePods
+from gpusched.model.pod import PodInfo
+
+ACTIVE = "active"
+BACKOFF = "backoff"
+UNSCHEDULABLE = "unschedulable"
+INFLIGHT = "inflight"
+
+# The plugin name the runtime gives a malformed pod (core/runtime/framework.py INVALID_POD):
+# no cluster event can fix it, only an update of the pod itself.
+POD_SPEC = "PodSpec"
+# How often the leftover unschedulable pods are checked (kube-scheduler: every 30 s).
+LEFTOVER_CHECK_SECONDS = 30.0
+
+
+class ClusterEvent(enum.Enum):
+    NODE_ADD = "NodeAdd"
+    NODE_UPDATE = "NodeUpdate"
+    NODE_DELETE = "NodeDelete"
+    ASSIGNED_POD_DELETE = "AssignedPodDelete"  # capacity freed
+    ASSIGNED_POD_ADD = "AssignedPodAdd"  # gangs and affinity may care
+    POD_GROUP_CHANGE = "PodGroupChange"
+    FLUSH = "UnschedulableTimeout"
+
+
+def may_help(rejected_by: frozenset[str], event: ClusterEvent) -> bool:
+    """The requeue hint: whether `event` may make a pod rejected by `rejected_by`
+    schedulable. Deliberately coarse (a false yes costs one attempt, a false no strands a
+    pod until the periodic flush)."""
+    if event is ClusterEvent.FLUSH:
+        return True
+    if rejected_by and rejected_by <= {POD_SPEC}:
+        return False
+    # Fewer nodes never make a pod fit.
+    return event is not ClusterEvent.NODE_DELETE
+
+
+class SchedulingQueue:
+    def __init__(
+        self,
+        less: Less,
+        clock: Callable[[], float],
+        *,
+        initial_backoff: float = 1.0,
+        max_backoff: float = 10.0,
+        max_unschedulable: float = 300.0,
+    ) -> None:
+        self.clock = clock
+        self.initial_backoff = initial_backoff
+        self.max_backoff = max_backoff
+        self.max_unschedulable = max_unschedulable
+        self.active = ActiveQueue(less)
+        self.backoff = BackoffQueue()
+        self.unschedulable = UnschedulablePods()
+        self.inflight: dict[str, QueuedPodInfo] = {}
+        self._move_seq = 0
+        self._closed = False
+        self._wakeup: asyncio.Event | None = None
+        self._last_leftover = clock()
+
+    # -- the watch's side -------------------------------------------------------------------
+
+    def add(self, pod: PodInfo) -> None:
+        """An unbound pod of ours, new or updated."""
+        uid = pod.uid
+        now = self.clock()
+        if (info := self.inflight.get(uid)) is not None:
+            info.pod = pod  # the attempt finishes with the old one; a requeue takes this
+            return
+        if (info := self.active.get(uid)) is not None:
+            info.pod = pod
+            self.active.push(info)  # re-sort: priority may have changed
+            return
+        if (info := self.backoff.get(uid)) is not None:
+            info.pod = pod
+            return
+        if (info := self.unschedulable.get(uid)) is not None:
+            if info.pod == pod:
+                return  # a status-only change (our own condition patch) changes nothing
+            self.unschedulable.remove(uid)
+            info.pod = pod
+            # The pod itself changed (e.g. a fixed annotation): retry, honouring backoff.
+            self._requeue_moved(info, now)
+            return
+        info = QueuedPodInfo(pod, added=now, timestamp=now)
+        self._to_active(info, now)
+
+    def delete(self, uid: str) -> None:
+        """The pod is gone, or bound by someone: never schedule it again."""
+        if (info := self.inflight.get(uid)) is not None:
+            info.deleted = True
+            return
+        self.active.remove(uid)
+        self.backoff.remove(uid)
+        self.unschedulable.remove(uid)
+
+    def move_all(self, event: ClusterEvent) -> int:
+        """Move unschedulable pods the event may help; returns how many moved."""
+        self._move_seq += 1
+        now = self.clock()
+        moved = 0
+        for info in self.unschedulable:
+            if may_help(info.rejected_by, event):
+                self.unschedulable.remove(info.uid)
+                self._requeue_moved(info, now)
+                moved += 1
+        return moved
+
+    # -- the scheduling loop's side ---------------------------------------------------------
+
+    def pop_nowait(self) -> QueuedPodInfo | None:
+        info = self.active.pop()
+        if info is None:
+            return None
+        info.attempts += 1
+        info.where = INFLIGHT
+        info.popped_move_seq = self._move_seq
+        self.inflight[info.uid] = info
+        return info
+
+    async def pop(self) -> QueuedPodInfo | None:
+        """The next pod to schedule; waits while activeQ is empty; None once closed."""
+        while not self._closed:
+            info = self.pop_nowait()
+            if info is not None:
+                return info
+            if self._wakeup is None:
+                self._wakeup = asyncio.Event()
+            self._wakeup.clear()
+            await self._wakeup.wait()
+        return None
+
+    def done(self, uid: str) -> None:
+        """The attempt ended for good (bound, or the pod is gone)."""
+        self.inflight.pop(uid, None)
+
+    def requeue(
+        self, info: QueuedPodInfo, *, unschedulable: bool, rejected_by: Iterable[str] = ()
+    ) -> str:
+        """Return a failed in-flight pod; says where it went ("" if it was dropped)."""
+        self.inflight.pop(info.uid, None)
+        if info.deleted:
+            return ""
+        now = self.clock()
+        info.timestamp = now
+        info.rejected_by = frozenset(rejected_by)
+        info.backoff_until = now + backoff_duration(
+            info.attempts, self.initial_backoff, self.max_backoff
+        )
+        if unschedulable and info.popped_move_seq == self._move_seq:
+            info.where = UNSCHEDULABLE
+            self.unschedulable.add(info)
+            return UNSCHEDULABLE
+        info.where = BACKOFF
+        self.backoff.push(info)
+        return BACKOFF
+
+    def flush(self) -> int:
+        """Finished backoffs to activeQ; pods unschedulable for too long retried."""
+        now = self.clock()
+        moved = 0
+        for info in self.backoff.pop_expired(now):
+            self._to_active(info, now)
+            moved += 1
+        if now - self._last_leftover >= min(LEFTOVER_CHECK_SECONDS, self.max_unschedulable):
+            self._last_leftover = now
+            for info in self.unschedulable.older_than(now - self.max_unschedulable):
+                self.unschedulable.remove(info.uid)
+                self._requeue_moved(info, now)
+                moved += 1
+        return moved
+
+    def next_wakeup(self) -> float | None:
+        """When `flush` next has something to do from backoffQ (None: nothing pending)."""
+        return self.backoff.next_expiry()
+
+    def close(self) -> None:
+        self._closed = True
+        if self._wakeup is not None:
+            self._wakeup.set()
+
+    # -- views ------------------------------------------------------------------------------
+
+    def where(self, uid: str) -> str:
+        if uid in self.inflight:
+            return INFLIGHT
+        if uid in self.active:
+            return ACTIVE
+        if uid in self.backoff:
+            return BACKOFF
+        if uid in self.unschedulable:
+            return UNSCHEDULABLE
+        return ""
+
+    def pending(self) -> dict[str, int]:
+        """Pods per sub-queue, kube-scheduler's scheduler_pending_pods{queue} labels."""
+        return {
+            ACTIVE: len(self.active),
+            BACKOFF: len(self.backoff),
+            UNSCHEDULABLE: len(self.unschedulable),
+            INFLIGHT: len(self.inflight),
+        }
+
+    def __len__(self) -> int:
+        return len(self.active) + len(self.backoff) + len(self.unschedulable) + len(self.inflight)
+
+    # -- internals --------------------------------------------------------------------------
+
+    def _requeue_moved(self, info: QueuedPodInfo, now: float) -> None:
+        if info.backoff_until > now:
+            info.where = BACKOFF
+            info.timestamp = now
+            self.backoff.push(info)
+        else:
+            self._to_active(info, now)
+
+    def _to_active(self, info: QueuedPodInfo, now: float) -> None:
+        info.where = ACTIVE
+        info.timestamp = now
+        self.active.push(info)
+        if self._wakeup is not None:
+            self._wakeup.set()

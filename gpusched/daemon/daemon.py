@@ -1,0 +1,449 @@
+"""The scheduler daemon: watches feed the cache and the queue; one loop pops pods and runs
+the synchronous scheduling cycle; each placement gets an asyncio task for its binding cycle.
+
+    nodes watch ──▶ cache.upsert_node / remove_node ──▶ queue.move_all(NodeAdd/Update)
+    pods watch ──┬▶ bound or terminal: cache (confirms assumed pods)
+                 ├▶ unbound, our schedulerName: queue.add
+                 └▶ deleted: cache, queue, pods waiting at Permit
+    loop: pop ─▶ cycle.schedule (no await) ─▶ SCHEDULED/WAITING: task(cycle.bind)
+                                           └▶ UNSCHEDULABLE: Event + condition + queue
+    timers: backoff flush, unschedulable flush, assumed-pod expiry
+
+Everything that touches the cache runs on the one event loop without awaiting in between,
+which is the atomicity kube-scheduler gets from its cache lock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+
+from gpusched.config import SchedulerConfig
+from gpusched.core.cache.cache import ClusterCache
+from gpusched.core.cache.snapshot import Snapshot
+from gpusched.core.handle import SchedulerHandle
+from gpusched.core.queue import ClusterEvent, QueuedPodInfo, SchedulingQueue
+from gpusched.core.runtime.framework import Framework
+from gpusched.core.runtime.registry import Registry
+from gpusched.core.scheduler import Decision, Result, SchedulingCycle
+from gpusched.framework.status import Code, Status
+from gpusched.kube.client import JSON, Kube
+from gpusched.kube.watch import EventType, Reflector
+from gpusched.kube.writer import ClusterWriter, ObjectRef, final
+from gpusched.model.node import NodeModel, TopologyKeys, node_from_k8s
+from gpusched.model.pod import PodInfo, pod_from_k8s
+from gpusched.observability.logging import decision_record
+from gpusched.observability.metrics import Metrics
+
+Logger = structlog.typing.FilteringBoundLogger
+
+# kube-scheduler's informer skips finished pods: they hold nothing and would only grow the
+# cache. A pod that finishes is seen as a deletion.
+ACTIVE_PODS = ("fieldSelector", "status.phase!=Succeeded,status.phase!=Failed")
+TIMER_SECONDS = 1.0  # backoff flush and assumed-pod expiry, kube's 1 s ticker
+
+
+@dataclass(frozen=True)
+class DaemonOptions:
+    bind_grace_seconds: float = 30.0  # SIGTERM: how long in-flight bindings may finish
+    instance: str = ""  # reportingInstance of our Events (the pod name in a cluster)
+    watch_timeout_seconds: int = 300
+
+
+class Daemon:
+    def __init__(
+        self,
+        kube: Kube,
+        config: SchedulerConfig,
+        registry: Registry,
+        logger: Logger,
+        *,
+        metrics: Metrics | None = None,
+        options: DaemonOptions | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.kube = kube
+        self.config = config
+        self.log = logger
+        self.metrics = metrics or Metrics()
+        self.options = options or DaemonOptions()
+        self.clock = clock
+        self.cache = ClusterCache(Snapshot(config.max_cards_per_node, capacity=256))
+        cc = config.client_connection
+        self.writer = ClusterWriter(
+            kube, qps=cc.qps, burst=cc.burst, instance=self.options.instance
+        )
+        self.handle = SchedulerHandle(self.cache, self.writer, clock)
+        # One framework per profile; a pod goes to the one named by its schedulerName.
+        self.frameworks: dict[str, Framework] = {
+            p.scheduler_name: Framework(p, registry, self.handle) for p in config.profiles
+        }
+        self.cycles = {
+            name: SchedulingCycle(fw, self.cache, assume_ttl=math.inf)
+            for name, fw in self.frameworks.items()
+        }
+        first = next(iter(self.frameworks.values()))
+        # The loader insists every profile uses the same QueueSort, so one queue orders all.
+        self.queue = SchedulingQueue(
+            first.less,
+            clock,
+            initial_backoff=config.pod_initial_backoff_seconds,
+            max_backoff=config.pod_max_backoff_seconds,
+            max_unschedulable=config.pod_max_in_unschedulable_pods_duration_seconds,
+        )
+        topo: TopologyKeys = config.topology_keys
+        self.node_watch: Reflector[NodeModel] = Reflector(
+            kube,
+            "/api/v1/nodes",
+            lambda raw: _node(raw, topo),
+            self._on_node,
+            name="nodes",
+            watch_timeout=self.options.watch_timeout_seconds,
+        )
+        self.pod_watch: Reflector[PodInfo] = Reflector(
+            kube,
+            "/api/v1/pods",
+            pod_from_k8s,
+            self._on_pod,
+            name="pods",
+            query=[ACTIVE_PODS],
+            watch_timeout=self.options.watch_timeout_seconds,
+        )
+        self._nodes: dict[str, NodeModel] = {}
+        self._node_uids: dict[str, str] = {}
+        self._warned: set[tuple[str, str]] = set()
+        self.bindings: set[asyncio.Task[None]] = set()
+        self._side: set[asyncio.Task[None]] = set()
+        self._timings: dict[str, tuple[dict[tuple[str, str], int], dict[tuple[str, str], int]]] = {}
+        self.ready = asyncio.Event()
+        self._stop = asyncio.Event()
+        self.attempts = 0
+        self.bound = 0
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Stop taking pods; `run` finishes the bindings in flight and returns."""
+        self._stop.set()
+
+    @property
+    def is_ready(self) -> bool:
+        return self.ready.is_set()
+
+    async def run(self) -> None:
+        background = [
+            asyncio.create_task(self.node_watch.run(), name="watch nodes"),
+            asyncio.create_task(self.pod_watch.run(), name="watch pods"),
+        ]
+        loop_task: asyncio.Task[None] | None = None
+        try:
+            # Nodes first, so the pods of the first list find their rows; both before the
+            # first attempt, so a restarted scheduler sees every card in use before it
+            # hands one out (kube-scheduler's WaitForCacheSync).
+            synced = asyncio.gather(self.node_watch.synced.wait(), self.pod_watch.synced.wait())
+            stop = asyncio.ensure_future(self._stop.wait())
+            waiters: set[asyncio.Future[Any]] = {synced, stop}
+            await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+            if not synced.done():
+                synced.cancel()
+                return
+            stop.cancel()
+            self.log.info(
+                "started",
+                nodes=len(self._nodes),
+                pods=len(self.cache.pods),
+                queued=len(self.queue),
+                profiles=list(self.frameworks),
+            )
+            self.ready.set()
+            background.append(asyncio.create_task(self._timers(), name="timers"))
+            loop_task = asyncio.create_task(self._loop(), name="scheduling loop")
+            await self._stop.wait()
+        finally:
+            self.queue.close()
+            if loop_task is not None:
+                await loop_task
+            await self._drain()
+            for task in background:
+                task.cancel()
+            await asyncio.gather(*background, return_exceptions=True)
+            self.log.info("stopped", bound=self.bound, attempts=self.attempts)
+
+    async def _drain(self) -> None:
+        if self.bindings:
+            self.log.info("finishing bindings", in_flight=len(self.bindings))
+            _, late = await asyncio.wait(
+                set(self.bindings), timeout=self.options.bind_grace_seconds
+            )
+            for task in late:
+                task.cancel()
+            if late:
+                self.log.warning(
+                    "bindings cut short",
+                    pods=len(late),
+                    grace_seconds=self.options.bind_grace_seconds,
+                )
+        if self._side:
+            await asyncio.wait(set(self._side), timeout=5.0)
+
+    def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
+        task = asyncio.create_task(coro, name=name)
+        self._side.add(task)
+        task.add_done_callback(self._side_done)
+
+    def _side_done(self, task: asyncio.Task[None]) -> None:
+        self._side.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            self.log.error(
+                "background write failed", task=task.get_name(), error=repr(task.exception())
+            )
+
+    # -- watch handlers ---------------------------------------------------------------------
+
+    def _on_node(self, kind: EventType, node: NodeModel) -> None:
+        self.metrics.watch_events.labels("nodes").inc()
+        name = node.name
+        if kind is EventType.DELETED:
+            self._nodes.pop(name, None)
+            self.cache.remove_node(name)
+            self.queue.move_all(ClusterEvent.NODE_DELETE)
+            return
+        old = self._nodes.get(name)
+        if old == node:
+            return  # a heartbeat: nothing the scheduler reads changed
+        try:
+            self.cache.upsert_node(node)
+        except ValueError as exc:
+            self._node_warning(node, f"node ignored: {exc}")
+            return
+        self._nodes[name] = node
+        for warning in node.warnings:
+            self._node_warning(node, warning)
+        self.queue.move_all(ClusterEvent.NODE_ADD if old is None else ClusterEvent.NODE_UPDATE)
+
+    def _node_warning(self, node: NodeModel, warning: str) -> None:
+        if (node.name, warning) in self._warned:
+            return
+        self._warned.add((node.name, warning))
+        self.log.warning("node data", node=node.name, warning=warning)
+        self._spawn(
+            self.writer.event(
+                ObjectRef.node(node.name), "Warning", "GPUInventory", warning, action="ReadNode"
+            ),
+            f"event node {node.name}",
+        )
+
+    def _on_pod(self, kind: EventType, pod: PodInfo) -> None:
+        self.metrics.watch_events.labels("pods").inc()
+        uid = pod.uid
+        if kind is EventType.DELETED:
+            entry = self.cache.get(uid)
+            self.cache.remove_pod(uid)
+            self.queue.delete(uid)
+            self.writer.forget(uid)
+            for fw in self.frameworks.values():
+                wp = fw.waiting.get(uid)
+                if wp is not None:
+                    wp.reject("", f"pod {pod.key} was deleted")
+            if entry is not None and entry.alloc is not None:
+                self.queue.move_all(ClusterEvent.ASSIGNED_POD_DELETE)
+            return
+        if pod.node_name:
+            # Bound, by us or any other scheduler: its usage counts, it is not ours to place.
+            self.queue.delete(uid)
+            self.cache.add_or_update_pod(pod)
+            return
+        if pod.scheduler_name not in self.frameworks:
+            return
+        if pod.deleting:
+            self.queue.delete(uid)
+            return
+        if self.cache.get(uid) is not None:
+            # Assumed: its binding is in flight (this is e.g. our own PreBind patch) or
+            # done and the watch has not shown the binding yet.
+            return
+        self.queue.add(pod)
+
+    # -- scheduling -------------------------------------------------------------------------
+
+    async def _loop(self) -> None:
+        while True:
+            info = await self.queue.pop()
+            if info is None:
+                return
+            try:
+                self._schedule_one(info)
+            except Exception as exc:  # a bug must cost one attempt, not the daemon
+                self.log.exception("scheduling attempt raised", pod=info.pod.key)
+                self.queue.requeue(info, unschedulable=False)
+                self._report_failure(info.pod, f"scheduler error: {exc!r}", "SchedulerError")
+            self.metrics.pending.labels("active").set(len(self.queue.active))
+            # Let the watches in between attempts, so the cache stays current in a burst.
+            await asyncio.sleep(0)
+
+    def _schedule_one(self, info: QueuedPodInfo) -> None:
+        pod = info.pod
+        cycle = self.cycles.get(pod.scheduler_name)
+        if cycle is None or pod.deleting or self.cache.get(pod.uid) is not None:
+            self.queue.done(pod.uid)
+            return
+        self.attempts += 1
+        t0 = time.perf_counter()
+        decision = cycle.schedule(pod, keep_scores=True)
+        self._observe_plugins(pod.scheduler_name)
+        if decision.result in (Result.SCHEDULED, Result.WAITING):
+            task = asyncio.create_task(
+                self._bind(info, cycle, decision, t0), name=f"bind {pod.key}"
+            )
+            self.bindings.add(task)
+            task.add_done_callback(self.bindings.discard)
+            return
+        unschedulable = decision.result is Result.UNSCHEDULABLE
+        rejected_by = {decision.status.plugin} if decision.status.plugin else set()
+        self.queue.requeue(info, unschedulable=unschedulable, rejected_by=rejected_by)
+        result = "unschedulable" if unschedulable else "error"
+        message = decision.message if unschedulable else f"scheduler error: {decision.status}"
+        self._finish(info, decision, result, message, t0)
+        self._report_failure(pod, message, "Unschedulable" if unschedulable else "SchedulerError")
+
+    async def _bind(
+        self, info: QueuedPodInfo, cycle: SchedulingCycle, decision: Decision, t0: float
+    ) -> None:
+        pod = decision.pod
+        tb = time.perf_counter_ns()
+        try:
+            st = await cycle.bind(decision)
+        except asyncio.CancelledError:
+            # Shutdown cut the binding short: undo the placement; the next daemon retries.
+            if self.cache.is_assumed(pod.uid):
+                cycle.unwind(decision)
+            raise
+        except Exception as exc:
+            if self.cache.is_assumed(pod.uid):
+                cycle.unwind(decision)
+            st = Status(Code.ERROR, (f"binding cycle raised {exc!r}",), "", exc)
+        bind_us = {"Binding": (time.perf_counter_ns() - tb) / 1e3}
+        if st.is_success():
+            self.bound += 1
+            self.cache.set_deadline(pod.uid, self.clock() + self.config.assume_ttl_seconds)
+            self.queue.done(pod.uid)
+            self.metrics.bindings.labels("bound").inc()
+            cards = decision.alloc.cards if decision.alloc else ()
+            where = f"{decision.node}" + (f" (cards {','.join(map(str, cards))})" if cards else "")
+            self._finish(info, decision, "bound", f"bound to {where}", t0, bind_us)
+            self._spawn(
+                self.writer.event(
+                    ObjectRef.pod(pod),
+                    "Normal",
+                    "Scheduled",
+                    f"Successfully assigned {pod.key} to {where}",
+                    action="Binding",
+                ),
+                f"event {pod.key}",
+            )
+            return
+        if final(st) or info.deleted:
+            # Gone or already bound: nothing to retry, and no storm of 409s.
+            self.queue.done(pod.uid)
+            self.metrics.bindings.labels("dropped").inc()
+            self._finish(info, decision, "dropped", st.message(), t0, bind_us)
+            return
+        self.metrics.bindings.labels("failed").inc()
+        unschedulable = st.is_rejected()
+        self.queue.requeue(
+            info, unschedulable=unschedulable, rejected_by={st.plugin} if st.plugin else ()
+        )
+        message = st.message() or str(st)
+        self._finish(
+            info,
+            decision,
+            "unschedulable" if unschedulable else "bind_failed",
+            message,
+            t0,
+            bind_us,
+        )
+        self._report_failure(
+            pod,
+            message if unschedulable else f"binding rejected: {message}",
+            "Unschedulable" if unschedulable else "SchedulerError",
+        )
+
+    def _report_failure(self, pod: PodInfo, message: str, reason: str) -> None:
+        async def write() -> None:
+            await self.writer.event(ObjectRef.pod(pod), "Warning", "FailedScheduling", message)
+            await self.writer.pod_condition(pod, reason, message)
+
+        self._spawn(write(), f"report {pod.key}")
+
+    def _finish(
+        self,
+        info: QueuedPodInfo,
+        decision: Decision,
+        result: str,
+        message: str,
+        t0: float,
+        extra_us: dict[str, float] | None = None,
+    ) -> None:
+        profile = decision.pod.scheduler_name
+        seconds = time.perf_counter() - t0
+        metric_result = {"bound": "scheduled", "unschedulable": "unschedulable"}.get(
+            result, "error"
+        )
+        self.metrics.attempts.labels(metric_result, profile).inc()
+        self.metrics.attempt_duration.labels(metric_result, profile).observe(seconds)
+        record = decision_record(
+            decision,
+            names=self.cache.snapshot.names,
+            profile=profile,
+            attempt=info.attempts,
+            result=result,
+            message=message,
+            extra_us=extra_us,
+        )
+        if result in {"bound", "dropped"}:
+            self.log.info("decision", **record)
+        else:
+            self.log.warning("decision", **record)
+
+    def _observe_plugins(self, profile: str) -> None:
+        """Per-plugin durations of the last attempt into the plugin histogram."""
+        timings = self.frameworks[profile].timings
+        prev_ns, prev_calls = self._timings.get(profile, ({}, {}))
+        for key, ns in timings.ns.items():
+            calls = timings.calls[key] - prev_calls.get(key, 0)
+            if calls > 0:
+                per_call = (ns - prev_ns.get(key, 0)) / calls / 1e9
+                self.metrics.plugin_duration.labels(key[1], key[0], "Success").observe(per_call)
+        self._timings[profile] = (dict(timings.ns), dict(timings.calls))
+
+    # -- timers -----------------------------------------------------------------------------
+
+    async def _timers(self) -> None:
+        while True:
+            await asyncio.sleep(TIMER_SECONDS)
+            try:
+                self._tick()
+            except Exception:
+                self.log.exception("timer tick raised")
+
+    def _tick(self) -> None:
+        self.queue.flush()
+        for pod in self.cache.expire(self.clock()):
+            # The binding reported success but the watch never showed it: trust the API.
+            self.log.warning("assumed pod expired", pod=pod.key, uid=pod.uid)
+            latest = self.pod_watch.get(pod.uid)
+            if latest is not None and not latest.node_name and not latest.deleting:
+                self.queue.add(latest)
+            self.queue.move_all(ClusterEvent.ASSIGNED_POD_DELETE)
+        for name, count in self.queue.pending().items():
+            self.metrics.pending.labels(name).set(count)
+
+
+def _node(raw: JSON, topo: TopologyKeys) -> NodeModel:
+    return node_from_k8s(raw, topo)

@@ -1,0 +1,434 @@
+"""`make demo-cluster`: the daemon on the local control plane with a sample mixed workload.
+
+    python -m gpusched.devcluster.demo up     # cluster (reused if up), daemon, workload, table
+    python -m gpusched.devcluster.demo stop   # stop the daemon (`make cluster-down` runs it)
+
+The daemon runs in the background with its JSON log in .cluster/logs/gpusched.log; the
+table of where each pod landed, on which cards and why, is read back from that log's
+decision records, the same records `kubectl logs` shows in a real cluster.
+
+The workload helpers (`mixed_workload`, `wait_settled`, `card_usage`, `read_decisions`)
+are shared with the daemon's integration tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import aclosing
+from pathlib import Path
+from typing import Any
+
+import orjson
+import yaml
+
+from gpusched.kube import JSON, ApiError, Kube, create_namespace, delete_namespace, pod_path
+from gpusched.model import keys
+
+STATE_DIR = Path(".cluster")
+PID_FILE = "gpusched.pid"
+LOG_FILE = "logs/gpusched.log"
+WORKLOAD = Path("manifests/examples/demo-workload.yaml")
+DEMO_NAMESPACE = "gpusched-demo"
+PAUSE_IMAGE = "registry.k8s.io/pause:3.10"  # never pulled: KWOK runs no containers
+
+
+# -- the workload ----------------------------------------------------------------------------
+
+
+def _pod(
+    name: str,
+    *,
+    cpu: str = "500m",
+    gpus: int = 0,
+    annotations: Mapping[str, str] | None = None,
+    labels: Mapping[str, str] | None = None,
+    scheduler_name: str | None = keys.SCHEDULER_NAME,
+    node_selector: Mapping[str, str] | None = None,
+    tolerations: Sequence[JSON] = (),
+) -> JSON:
+    resources: JSON = {"requests": {"cpu": cpu, "memory": "256Mi"}}
+    if gpus:
+        resources["limits"] = {keys.GPU_RESOURCE: str(gpus)}
+    spec: JSON = {
+        "containers": [{"name": "main", "image": PAUSE_IMAGE, "resources": resources}],
+        "terminationGracePeriodSeconds": 0,
+    }
+    if scheduler_name:
+        spec["schedulerName"] = scheduler_name
+    if node_selector:
+        spec["nodeSelector"] = dict(node_selector)
+    if tolerations:
+        spec["tolerations"] = list(tolerations)
+    meta: JSON = {"name": name, "labels": {"app": "gpusched-demo", **(labels or {})}}
+    if annotations:
+        meta["annotations"] = dict(annotations)
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
+
+
+def mixed_workload(
+    count: int,
+    *,
+    seed: int = 7,
+    node_selector: Mapping[str, str] | None = None,
+    tolerations: Sequence[JSON] = (),
+    impossible: bool = True,
+) -> list[JSON]:
+    """`count` pods: whole-card (1/2/4/8 cards), shared (a share of one card), CPU-only and
+    model-constrained ones, in a fixed shuffled order; with `impossible`, five that no node
+    of the generated fleet can hold, whose FailedScheduling Events are part of the demo.
+    Each pod carries its kind in the label `demo.gpusched.io/kind`."""
+    rng = random.Random(seed)
+    kw: dict[str, Any] = {"node_selector": node_selector, "tolerations": tolerations}
+    pods: list[JSON] = []
+
+    def add(kind: str, **extra: Any) -> None:
+        name = f"{kind}-{len(pods):03d}"
+        pods.append(_pod(name, labels={"demo.gpusched.io/kind": kind}, **kw, **extra))
+
+    bad = 5 if impossible else 0
+    n = count - bad
+    shares = (n * 35) // 100
+    cpu_only = (n * 20) // 100
+    constrained = (n * 10) // 100
+    whole = n - shares - cpu_only - constrained
+    for i in range(whole):
+        # Mostly small jobs, a few 8-card ones that need a whole node.
+        add("whole", gpus=8 if i % 12 == 0 else rng.choice((1, 1, 1, 2, 2, 4)))
+    for _ in range(shares):
+        milli = rng.choice((100, 250, 250, 500, 500, 750))
+        add("shared", annotations={keys.GPU_MILLI: str(milli)})
+    for _ in range(cpu_only):
+        add("cpu", cpu=rng.choice(("250m", "1", "2")))
+    for i in range(constrained):
+        # Not T4 alone: the few T4 cards are fair game for unconstrained pods arriving
+        # first, and without preemption a T4-only pod could then not fit anywhere.
+        model = ("A100M80", "V100M32|V100M16", "T4|V100M32")[i % 3]
+        gpus = rng.choice((1, 2))
+        add("model", gpus=gpus, annotations={keys.GPU_MODEL: model})
+    if impossible:
+        add("impossible", gpus=16)  # no node has 16 cards
+        add("impossible", gpus=1, annotations={keys.GPU_MODEL: "H100"})  # no such model
+        add("impossible", annotations={keys.GPU_MILLI: "500", keys.GPU_MEMORY_MIB: "200000"})
+        add("impossible", cpu="1000")  # 1000 cores
+        add("impossible", annotations={keys.GPU_MILLI: "half"})  # malformed annotation
+    order = list(range(len(pods)))
+    rng.shuffle(order)
+    return [pods[i] for i in order]
+
+
+# -- waiting and checking ---------------------------------------------------------------------
+
+
+def settled(pod: JSON) -> bool:
+    """Bound, or reported unschedulable (PodScheduled=False with a reason)."""
+    if (pod.get("spec") or {}).get("nodeName"):
+        return True
+    for c in (pod.get("status") or {}).get("conditions") or ():
+        if c.get("type") == "PodScheduled" and c.get("status") == "False" and c.get("reason"):
+            return True
+    return False
+
+
+async def wait_settled(
+    kube: Kube,
+    namespace: str,
+    names: Iterable[str],
+    *,
+    timeout: float = 120.0,  # noqa: ASYNC109 - named in the error with what was pending
+    done: Callable[[JSON], bool] = settled,
+    until: Callable[[dict[str, JSON]], bool] | None = None,
+) -> dict[str, JSON]:
+    """Watch the namespace's pods until every named pod satisfies `done` (or, with `until`,
+    until `until(pods by name)` holds); returns them all. Lists, then watches from the
+    list's resourceVersion (re-lists on 410), never polls."""
+    want = set(names)
+    pods: dict[str, JSON] = {}
+
+    def finished() -> bool:
+        if until is not None:
+            return until(pods)
+        return all(n in pods and done(pods[n]) for n in want)
+
+    async def run() -> None:
+        while True:
+            listing = await kube.get(pod_path(namespace))
+            pods.clear()
+            for item in listing.get("items", []):
+                pods[item["metadata"]["name"]] = item
+            if finished():
+                return
+            version = str(listing["metadata"]["resourceVersion"])
+            events = kube.watch(pod_path(namespace), resource_version=version)
+            async with aclosing(events):
+                async for event in events:
+                    if event.type == "ERROR":
+                        break
+                    name = event.object.get("metadata", {}).get("name", "")
+                    if event.type == "DELETED":
+                        pods.pop(name, None)
+                    elif event.type in ("ADDED", "MODIFIED"):
+                        pods[name] = event.object
+                    if finished():
+                        return
+
+    try:
+        await asyncio.wait_for(run(), timeout)
+    except TimeoutError:
+        pending = sorted(n for n in want if n not in pods or not done(pods[n]))
+        raise TimeoutError(
+            f"after {timeout:.0f}s {len(pending)} pod(s) of {namespace} are still pending:"
+            f" {', '.join(pending[:10])}{' ...' if len(pending) > 10 else ''}"
+        ) from None
+    return dict(pods)
+
+
+def cards_of(pod: JSON) -> tuple[list[int], int]:
+    """(cards, milli per card) a bound pod holds according to its annotations."""
+    ann = (pod.get("metadata") or {}).get("annotations") or {}
+    raw = ann.get(keys.GPU_IDS, "")
+    cards = [int(c) for c in raw.split(",") if c.strip().isdigit()]
+    milli = int(ann.get(keys.GPU_MILLI_ASSIGNED) or 1000)
+    return cards, milli
+
+
+def card_usage(pods: Iterable[JSON], card_counts: Mapping[str, int]) -> list[str]:
+    """Recompute per-card use of bound pods from the API objects; the problems found
+    (over-allocated cards, wrong number of cards, a card the node does not have)."""
+    used: dict[tuple[str, int], int] = {}
+    problems: list[str] = []
+    for pod in pods:
+        node = (pod.get("spec") or {}).get("nodeName")
+        if not node or node not in card_counts:
+            continue
+        name = pod["metadata"]["name"]
+        limits: JSON = {}
+        for c in pod["spec"].get("containers", []):
+            limits.update((c.get("resources") or {}).get("limits") or {})
+        whole = int(limits.get(keys.GPU_RESOURCE, 0))
+        ann = pod["metadata"].get("annotations") or {}
+        cards, milli = cards_of(pod)
+        if whole and len(cards) != whole:
+            problems.append(f"{name}: asks for {whole} cards, annotated {cards}")
+        if keys.GPU_MILLI in ann and not whole and len(cards) != 1:
+            problems.append(f"{name}: a shared pod annotated with cards {cards}")
+        for card in cards:
+            if card >= card_counts[node]:
+                problems.append(f"{name}: card {card} on {node}, which has {card_counts[node]}")
+            key = (node, card)
+            used[key] = used.get(key, 0) + (1000 if whole else milli)
+    for (node, card), milli in sorted(used.items()):
+        if milli > 1000:
+            problems.append(f"{node} card {card} holds {milli} milli-GPU (> 1000)")
+    return problems
+
+
+def read_decisions(path: Path | str) -> list[JSON]:
+    """Every decision record of a daemon's JSON log (other lines are skipped)."""
+    out: list[JSON] = []
+    with Path(path).open("rb") as handle:
+        for line in handle:
+            if b'"decision"' not in line:
+                continue
+            try:
+                rec = orjson.loads(line)
+            except orjson.JSONDecodeError:
+                continue
+            if isinstance(rec, dict) and rec.get("event") == "decision":
+                out.append(rec)
+    return out
+
+
+def why(record: JSON, terms: int = 2) -> str:
+    """The chosen node's largest weighted score terms, e.g. 'GPUFragmentation 38.2, ...'."""
+    top = record.get("top") or []
+    chosen = next((t for t in top if t.get("node") == record.get("node")), None)
+    if chosen is None:
+        return ""
+    contrib = sorted(
+        ((name, s["weight"] * s["normalized"]) for name, s in chosen["scores"].items()),
+        key=lambda kv: -kv[1],
+    )
+    head = ", ".join(f"{name} {value:.1f}" for name, value in contrib[:terms])
+    return f"score {chosen['total']:.1f} ({head}) best of {record.get('feasible', 0)}"
+
+
+# -- the command ---------------------------------------------------------------------------
+
+
+def _log(message: str) -> None:
+    print(f"demo-cluster: {message}", file=sys.stderr, flush=True)
+
+
+def _daemon_alive(state_dir: Path) -> int:
+    pid_file = state_dir / PID_FILE
+    if not pid_file.exists():
+        return 0
+    pid = int(pid_file.read_text().strip() or 0)
+    try:
+        os.kill(pid, 0)
+    except (ProcessLookupError, PermissionError):
+        return 0
+    return pid
+
+
+def _ensure_cluster(state_dir: Path) -> Path:
+    kubeconfig = state_dir / "kubeconfig"
+    if (state_dir / "state.json").exists() and kubeconfig.exists():
+        _log("reusing the cluster of `make cluster-up`")
+        return kubeconfig
+    _log("starting the local control plane (make cluster-up)")
+    rc = subprocess.call(
+        [sys.executable, "-m", "gpusched.devcluster", "--state-dir", str(state_dir), "up"]
+    )
+    if rc != 0:
+        raise SystemExit(f"demo-cluster: `make cluster-up` failed (exit {rc}); see above")
+    return kubeconfig
+
+
+def _start_daemon(state_dir: Path, kubeconfig: Path) -> Path:
+    log_path = state_dir / LOG_FILE
+    pid = _daemon_alive(state_dir)
+    if pid:
+        _log(f"the daemon is already running (pid {pid}); its log: {log_path}")
+        return log_path
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("ab") as out:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "gpusched.cli",
+                "run",
+                "--kubeconfig",
+                str(kubeconfig),
+                "--metrics-port",
+                "0",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # outlives this command, like the cluster
+        )
+    (state_dir / PID_FILE).write_text(str(proc.pid))
+    _log(f"daemon started (pid {proc.pid}); its JSON log: {log_path}")
+    return log_path
+
+
+def load_workload(path: Path = WORKLOAD) -> list[JSON]:
+    docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
+    return [d for d in docs if d.get("kind") == "Pod"]
+
+
+async def _apply(kubeconfig: Path, pods: list[JSON], log_path: Path) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    async with await Kube.connect(kubeconfig) as kube:
+        await delete_namespace(kube, DEMO_NAMESPACE)
+        await create_namespace(kube, DEMO_NAMESPACE)
+        t0 = time.monotonic()
+        sem = asyncio.Semaphore(16)
+
+        async def create(pod: JSON) -> None:
+            async with sem:
+                await kube.post(pod_path(DEMO_NAMESPACE), pod)
+
+        await asyncio.gather(*(create(p) for p in pods))
+        _log(f"created {len(pods)} pods in namespace {DEMO_NAMESPACE}; waiting for them")
+        names = [p["metadata"]["name"] for p in pods]
+        final = await wait_settled(kube, DEMO_NAMESPACE, names, timeout=300)
+        seconds = time.monotonic() - t0
+    decisions: dict[str, JSON] = {}
+    for rec in read_decisions(log_path):
+        decisions[rec["pod"]] = rec  # the last attempt wins
+    table = Table(title=f"gpusched: {len(pods)} pods in {seconds:.1f}s (from {log_path})")
+    for col in ("pod", "node", "cards", "why"):
+        table.add_column(col, overflow="fold")
+    bound = 0
+    for name in sorted(names):
+        pod = final[name]
+        node = pod["spec"].get("nodeName", "")
+        rec = decisions.get(f"{DEMO_NAMESPACE}/{name}", {})
+        if node:
+            bound += 1
+            cards, milli = cards_of(pod)
+            card_text = ",".join(map(str, cards)) + (f" ({milli}m)" if milli < 1000 else "")
+            table.add_row(name, node, card_text or "-", why(rec))
+        else:
+            cond = next(
+                c for c in pod["status"].get("conditions", []) if c["type"] == "PodScheduled"
+            )
+            table.add_row(name, "[red]pending", "-", cond.get("message", ""))
+    Console(width=max(140, Console().width)).print(table)
+    _log(
+        f"{bound}/{len(pods)} bound. The cluster and the daemon keep running: export"
+        f" KUBECONFIG={kubeconfig}; kubectl -n {DEMO_NAMESPACE} get pods -o wide;"
+        " `make cluster-down` stops both."
+    )
+    return 0
+
+
+def cmd_up(state_dir: Path, workload: Path) -> int:
+    kubeconfig = _ensure_cluster(state_dir).resolve()
+    log_path = _start_daemon(state_dir, kubeconfig)
+    return asyncio.run(_apply(kubeconfig, load_workload(workload), log_path))
+
+
+def cmd_stop(state_dir: Path) -> int:
+    pid = _daemon_alive(state_dir)
+    (state_dir / PID_FILE).unlink(missing_ok=True)
+    if not pid:
+        return 0
+    os.kill(pid, signal.SIGTERM)  # the daemon finishes its bindings and exits 0
+    deadline = time.monotonic() + 35
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            _log(f"daemon (pid {pid}) stopped")
+            return 0
+        time.sleep(0.2)  # waiting for another process to exit: there is nothing to watch
+    os.kill(pid, signal.SIGKILL)
+    _log(f"daemon (pid {pid}) did not stop within 35s; killed")
+    return 0
+
+
+def write_workload(path: Path = WORKLOAD, count: int = 60) -> None:
+    """Regenerate manifests/examples/demo-workload.yaml from `mixed_workload`."""
+    pods = mixed_workload(count)
+    header = (
+        "# A sample mixed workload for `make demo-cluster` (generated by\n"
+        "# `python -m gpusched.devcluster.demo write-workload`): whole-card, shared,\n"
+        "# CPU-only and model-constrained pods for spec.schedulerName: ai-scheduler, plus\n"
+        "# five that cannot be placed, to show the FailedScheduling Events.\n"
+    )
+    path.write_text(header + yaml.safe_dump_all(pods, sort_keys=False))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m gpusched.devcluster.demo")
+    parser.add_argument("--state-dir", type=Path, default=STATE_DIR)
+    parser.add_argument("--workload", type=Path, default=WORKLOAD)
+    parser.add_argument("command", choices=("up", "stop", "write-workload"))
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "up":
+            return cmd_up(args.state_dir, args.workload)
+        if args.command == "stop":
+            return cmd_stop(args.state_dir)
+        write_workload(args.workload)
+        return 0
+    except (ApiError, TimeoutError, OSError) as exc:
+        _log(f"failed: {exc}")
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

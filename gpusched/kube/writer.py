@@ -1,0 +1,278 @@
+"""The daemon's ClusterPort: every write the scheduler makes to the API server.
+
+* `annotate`: JSON merge patch of metadata.annotations (PreBind's gpusched.io/gpu-ids);
+* `bind`: POST pods/{name}/binding with the pod's uid as a precondition;
+* `event`: core/v1 Events as kube-scheduler's recorder writes them (reportingController
+  gpusched), deduplicated by bumping `count` of the same (object, reason, message);
+* `pod_condition`: the PodScheduled condition on pods/status (reason Unschedulable).
+
+Nothing here raises for an API answer: annotate/bind map the HTTP status to a Status whose
+`error` is an `WriteError` carrying the HTTP status, so the daemon can tell "pod gone" (404)
+and "already bound" (409) from errors worth a retry. Every request waits for a token of a
+client-side bucket (clientConnection qps/burst), as client-go's rate limiter does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import aiohttp
+
+from gpusched.framework.status import Code, Status
+from gpusched.kube.client import JSON, ApiError, Kube
+from gpusched.kube.ops import bind_pod, pod_path
+from gpusched.model.pod import PodInfo
+
+log = logging.getLogger(__name__)
+COMPONENT = "gpusched"
+_EVENT_CACHE = 4096  # deduplication memory, as client-go's event correlator's LRU
+
+
+class TokenBucket:
+    """qps tokens a second, at most `burst` saved up."""
+
+    def __init__(self, qps: float, burst: int, clock: Any = time.monotonic) -> None:
+        self.qps = qps
+        self.burst = float(burst)
+        self.tokens = float(burst)
+        self.clock = clock
+        self.last = clock()
+        self._lock = asyncio.Lock()
+
+    def _refill(self) -> None:
+        now = self.clock()
+        self.tokens = min(self.burst, self.tokens + (now - self.last) * self.qps)
+        self.last = now
+
+    async def acquire(self) -> None:
+        async with self._lock:  # first come, first served
+            self._refill()
+            if self.tokens < 1:
+                await asyncio.sleep((1 - self.tokens) / self.qps)
+                self._refill()
+            self.tokens -= 1
+
+
+class WriteError(Exception):
+    """Why a write failed; `status` is the HTTP code, 0 for a connection error."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+    @property
+    def pod_gone(self) -> bool:
+        return self.status == 404
+
+    @property
+    def conflict(self) -> bool:
+        return self.status == 409
+
+
+def final(status: Status) -> bool:
+    """Whether a failed binding must not be retried: the pod is gone (404), or already
+    bound or replaced by a new pod of the same name (409)."""
+    err = status.error
+    return isinstance(err, WriteError) and (err.pod_gone or err.conflict)
+
+
+def _failure(what: str, pod: PodInfo, exc: Exception) -> Status:
+    if isinstance(exc, ApiError):
+        code = exc.status
+        if code == 404:
+            reason = f"{what} {pod.key}: the pod no longer exists (404); dropping it"
+            return Status(
+                Code.UNSCHEDULABLE_AND_UNRESOLVABLE, (reason,), "", WriteError(404, reason)
+            )
+        if code == 409:
+            reason = (
+                f"{what} {pod.key}: conflict (409: {exc.message}); the pod is already bound or"
+                " was re-created, so this attempt ends"
+            )
+            return Status(
+                Code.UNSCHEDULABLE_AND_UNRESOLVABLE, (reason,), "", WriteError(409, reason)
+            )
+        if code in (401, 403):
+            reason = (
+                f"{what} {pod.key}: forbidden (HTTP {code}: {exc.message}); grant the scheduler's"
+                " ServiceAccount the verbs in manifests/rbac/"
+            )
+            return Status(Code.ERROR, (reason,), "", WriteError(code, reason))
+        reason = f"{what} {pod.key}: HTTP {code} {exc.reason}: {exc.message}; will retry"
+        return Status(Code.ERROR, (reason,), "", WriteError(code, reason))
+    reason = f"{what} {pod.key}: {type(exc).__name__}: {exc}; will retry"
+    return Status(Code.ERROR, (reason,), "", WriteError(0, reason))
+
+
+def _now_rfc3339() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _micro_now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectRef:
+    kind: str
+    namespace: str
+    name: str
+    uid: str
+    api_version: str = "v1"
+
+    @classmethod
+    def pod(cls, pod: PodInfo) -> ObjectRef:
+        return cls("Pod", pod.namespace, pod.name, pod.uid)
+
+    @classmethod
+    def node(cls, name: str, uid: str = "") -> ObjectRef:
+        # Events of cluster-scoped objects live in "default", as kubectl describe expects.
+        return cls("Node", "", name, uid or name)
+
+
+_NET_ERRORS = (aiohttp.ClientError, TimeoutError, OSError)
+
+
+class ClusterWriter:
+    def __init__(
+        self, kube: Kube, *, qps: float = 50.0, burst: int = 100, instance: str = ""
+    ) -> None:
+        self.kube = kube
+        self.bucket = TokenBucket(qps, burst)
+        self.instance = instance or COMPONENT
+        # (object uid, reason, message) -> (event namespace, event name, count)
+        self._events: OrderedDict[tuple[str, str, str], tuple[str, str, int]] = OrderedDict()
+        self._conditions: dict[str, tuple[str, str]] = {}  # pod uid -> (reason, message)
+        self.writes = 0
+
+    async def _call(self, method: str, path: str, body: object, content_type: str) -> JSON:
+        await self.bucket.acquire()
+        self.writes += 1
+        return await self.kube.request(
+            method, path, body=body, content_type=content_type, timeout=30.0
+        )
+
+    # -- ClusterPort ------------------------------------------------------------------------
+
+    async def annotate(self, pod: PodInfo, annotations: Mapping[str, str]) -> Status:
+        patch = {"metadata": {"annotations": dict(annotations)}}
+        try:
+            await self._call(
+                "PATCH", pod_path(pod.namespace, pod.name), patch, "application/merge-patch+json"
+            )
+        except (ApiError, *_NET_ERRORS) as exc:
+            return _failure("annotate", pod, exc)
+        return Status()
+
+    async def bind(self, pod: PodInfo, node: str) -> Status:
+        await self.bucket.acquire()
+        self.writes += 1
+        try:
+            await bind_pod(self.kube, pod.namespace, pod.name, node, uid=pod.uid)
+        except (ApiError, *_NET_ERRORS) as exc:
+            return _failure("bind", pod, exc)
+        return Status()
+
+    # -- status and events ------------------------------------------------------------------
+
+    async def pod_condition(self, pod: PodInfo, reason: str, message: str) -> None:
+        """PodScheduled=False with `reason`; skipped when it would not change anything."""
+        if self._conditions.get(pod.uid) == (reason, message):
+            return
+        patch = {
+            "status": {
+                "conditions": [
+                    {
+                        "type": "PodScheduled",
+                        "status": "False",
+                        "reason": reason,
+                        "message": message,
+                        "lastProbeTime": None,
+                        "lastTransitionTime": _now_rfc3339(),
+                    }
+                ]
+            }
+        }
+        try:
+            # Strategic merge: conditions merge by `type`, the others are kept.
+            await self._call(
+                "PATCH",
+                pod_path(pod.namespace, pod.name) + "/status",
+                patch,
+                "application/strategic-merge-patch+json",
+            )
+            self._conditions[pod.uid] = (reason, message)
+        except ApiError as exc:
+            if exc.status != 404:
+                log.warning("cannot set PodScheduled on %s: %s", pod.key, exc)
+        except _NET_ERRORS as exc:
+            log.warning("cannot set PodScheduled on %s: %s", pod.key, exc)
+
+    def forget(self, uid: str) -> None:
+        self._conditions.pop(uid, None)
+
+    async def event(
+        self, ref: ObjectRef, type_: str, reason: str, message: str, action: str = "Scheduling"
+    ) -> None:
+        """Record an Event; a repeat of the same one bumps its count instead."""
+        key = (ref.uid, reason, message)
+        namespace = ref.namespace or "default"
+        now = _now_rfc3339()
+        seen = self._events.get(key)
+        try:
+            if seen is not None:
+                ns, name, count = seen
+                self._events[key] = (ns, name, count + 1)
+                self._events.move_to_end(key)
+                await self._call(
+                    "PATCH",
+                    f"/api/v1/namespaces/{ns}/events/{name}",
+                    {"count": count + 1, "lastTimestamp": now},
+                    "application/merge-patch+json",
+                )
+                return
+            body = {
+                "apiVersion": "v1",
+                "kind": "Event",
+                "metadata": {"generateName": f"{ref.name}.", "namespace": namespace},
+                "involvedObject": {
+                    "apiVersion": ref.api_version,
+                    "kind": ref.kind,
+                    "name": ref.name,
+                    "uid": ref.uid,
+                    **({"namespace": ref.namespace} if ref.namespace else {}),
+                },
+                "reason": reason,
+                "message": message[:1024],
+                "type": type_,
+                "action": action,
+                "count": 1,
+                "firstTimestamp": now,
+                "lastTimestamp": now,
+                "eventTime": None,
+                "source": {"component": COMPONENT},
+                "reportingComponent": COMPONENT,
+                "reportingInstance": self.instance,
+            }
+            created = await self._call(
+                "POST", f"/api/v1/namespaces/{namespace}/events", body, "application/json"
+            )
+            name = str((created.get("metadata") or {}).get("name", ""))
+            if name:
+                self._events[key] = (namespace, name, 1)
+                if len(self._events) > _EVENT_CACHE:
+                    self._events.popitem(last=False)
+        except ApiError as exc:
+            if seen is not None and exc.status == 404:
+                self._events.pop(key, None)  # expired (event TTL): the next one is created
+            else:
+                log.warning("cannot record %s Event for %s %s: %s", reason, ref.kind, ref.name, exc)
+        except _NET_ERRORS as exc:
+            log.warning("cannot record %s Event for %s %s: %s", reason, ref.kind, ref.name, exc)

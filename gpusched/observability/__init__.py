@@ -1,0 +1,1 @@
+"""Logs (structlog JSON, one decision record per attempt), metrics and the health server."""

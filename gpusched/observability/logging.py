@@ -1,0 +1,157 @@
+"""structlog JSON on stdout: `kubectl logs` is the scheduler's decision trace.
+
+One `decision` record per scheduling attempt (see docs/daemon.md for a sample): the pod,
+the attempt, the result, the time per extension point, filter rejections counted by
+reason, the top candidate nodes with each Score plugin's raw and normalised score, and the
+chosen cards. Library warnings that go through the standard `logging` module (the watch,
+the writer) are rendered as the same JSON lines, so the stream stays machine-readable.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Mapping
+from typing import Any, TextIO
+
+import numpy as np
+import orjson
+import structlog
+
+from gpusched.core.scheduler import Decision
+
+TOP_NODES = 5
+
+# Library loggers whose records join the JSON stream.
+_STDLIB_ROOT = "gpusched"
+
+
+def _dumps(obj: Any, **_: Any) -> str:
+    return orjson.dumps(obj, option=orjson.OPT_SERIALIZE_NUMPY, default=str).decode()
+
+
+_PROCESSORS: list[Any] = [
+    structlog.processors.add_log_level,
+    structlog.processors.TimeStamper(fmt="iso", utc=True),
+    structlog.processors.format_exc_info,
+]
+
+
+def make_logger(
+    stream: TextIO | None = None, level: str = "info"
+) -> structlog.typing.FilteringBoundLogger:
+    """A JSON logger writing to `stream` (stdout by default), one object per line, and the
+    `gpusched.*` standard-library loggers routed to the same stream.
+
+    Built per daemon rather than configured globally so tests can run a daemon in-process
+    with its own stream."""
+    out = stream or sys.stdout
+    lvl = logging.getLevelNamesMapping().get(level.upper())
+    if lvl is None:
+        raise ValueError(f"unknown log level {level!r} (debug, info, warning, error)")
+    logger: structlog.typing.FilteringBoundLogger = structlog.wrap_logger(
+        structlog.PrintLogger(out),
+        processors=[*_PROCESSORS, structlog.processors.JSONRenderer(serializer=_dumps)],
+        wrapper_class=structlog.make_filtering_bound_logger(lvl),
+    )
+    handler = logging.StreamHandler(out)
+    handler.setFormatter(
+        structlog.stdlib.ProcessorFormatter(
+            processors=[
+                structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+                structlog.processors.JSONRenderer(serializer=_dumps),
+            ],
+            foreign_pre_chain=[
+                structlog.stdlib.add_log_level,
+                structlog.stdlib.add_logger_name,
+                structlog.processors.TimeStamper(fmt="iso", utc=True),
+                structlog.processors.format_exc_info,
+            ],
+        )
+    )
+    std = logging.getLogger(_STDLIB_ROOT)
+    for old in [h for h in std.handlers if getattr(h, "_gpusched", False)]:
+        std.removeHandler(old)
+    handler._gpusched = True  # type: ignore[attr-defined]  # marks handlers we own
+    std.addHandler(handler)
+    std.setLevel(lvl)
+    std.propagate = False
+    return logger
+
+
+def _round(x: float) -> float:
+    return round(float(x), 3)
+
+
+def top_nodes(decision: Decision, names: list[str], k: int = TOP_NODES) -> list[dict[str, Any]]:
+    """The k best candidates with each plugin's raw and normalised score and weight. The
+    chosen node is always listed (first among equal totals): with many ties the random
+    tie-break may pick a node that a plain top-k would leave out."""
+    scores = decision.scores
+    if scores is None or len(scores.rows) == 0:
+        return []
+    total = scores.total
+    k = min(k, len(total))
+    best = np.argpartition(-total, k - 1)[:k] if k < len(total) else np.arange(len(total))
+    chosen = -1
+    if decision.alloc is not None:
+        hits = np.flatnonzero(scores.rows == decision.alloc.row)
+        chosen = int(hits[0]) if len(hits) else -1
+    if chosen >= 0 and chosen not in best:
+        best[-1] = chosen
+    best = np.array(sorted(best.tolist(), key=lambda i: (-total[i], i != chosen)), np.intp)
+    out: list[dict[str, Any]] = []
+    for i in best:
+        row = int(scores.rows[i])
+        out.append(
+            {
+                "node": names[row] if row < len(names) else str(row),
+                "total": _round(total[i]),
+                "scores": {
+                    name: {
+                        "raw": _round(ps.raw[i]),
+                        "normalized": _round(ps.normalized[i]),
+                        "weight": ps.weight,
+                    }
+                    for name, ps in scores.by_plugin.items()
+                },
+            }
+        )
+    return out
+
+
+def decision_record(
+    decision: Decision,
+    *,
+    names: list[str],
+    profile: str,
+    attempt: int,
+    result: str,
+    message: str = "",
+    extra_us: Mapping[str, float] | None = None,
+) -> dict[str, Any]:
+    """The fields of one decision line (without the logger's own: event, level, timestamp)."""
+    pod = decision.pod
+    us = {point: round(ns / 1e3, 1) for point, ns in decision.point_ns.items()}
+    if extra_us:
+        us.update({k: round(v, 1) for k, v in extra_us.items()})
+    rec: dict[str, Any] = {
+        "pod": pod.key,
+        "uid": pod.uid,
+        "profile": profile,
+        "attempt": attempt,
+        "result": result,
+        "message": message or decision.message,
+        "node": decision.node or None,
+        "cards": list(decision.alloc.cards) if decision.alloc else [],
+        "feasible": decision.feasible,
+        "nodes": decision.diagnosis.total_nodes if decision.diagnosis else 0,
+        "us": us,
+        "rejections": dict(decision.diagnosis.reasons or {}) if decision.diagnosis else {},
+        "top": top_nodes(decision, names),
+    }
+    if decision.alloc is not None and decision.alloc.cards and pod.request.gpu_cards == 0:
+        rec["milli"] = list(decision.alloc.milli)
+    if decision.status.plugin:
+        rec["plugin"] = decision.status.plugin
+    return rec

@@ -1,0 +1,92 @@
+"""Prometheus metrics with kube-scheduler's names where the meaning is the same, plus the
+aiohttp server for /healthz, /readyz and /metrics.
+
+Each daemon owns a CollectorRegistry (not the global one) so tests can start several
+daemons in one process without duplicate-registration errors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+# kube-scheduler's buckets for attempt durations (exponential from 1 ms).
+_ATTEMPT_BUCKETS = tuple(0.001 * 2**i for i in range(15))
+_PLUGIN_BUCKETS = tuple(0.00001 * 1.5**i for i in range(20))
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.attempts = Counter(
+            "scheduler_schedule_attempts",
+            "Number of attempts to schedule pods, by the result.",
+            ["result", "profile"],
+            registry=r,
+        )
+        self.attempt_duration = Histogram(
+            "scheduler_scheduling_attempt_duration_seconds",
+            "Scheduling attempt latency in seconds (scheduling algorithm + binding).",
+            ["result", "profile"],
+            buckets=_ATTEMPT_BUCKETS,
+            registry=r,
+        )
+        self.pending = Gauge(
+            "scheduler_pending_pods",
+            "Number of pending pods, by the queue type.",
+            ["queue"],
+            registry=r,
+        )
+        self.plugin_duration = Histogram(
+            "scheduler_plugin_execution_duration_seconds",
+            "Duration for running a plugin at a specific extension point.",
+            ["plugin", "extension_point", "status"],
+            buckets=_PLUGIN_BUCKETS,
+            registry=r,
+        )
+        self.watch_events = Counter(
+            "gpusched_watch_events",
+            "Watch events decoded, by resource.",
+            ["resource"],
+            registry=r,
+        )
+        self.bindings = Counter(
+            "gpusched_bindings",
+            "Binding cycles, by the result (bound, dropped, failed).",
+            ["result"],
+            registry=r,
+        )
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+async def serve(
+    metrics: Metrics, port: int, ready: Callable[[], bool], host: str = "0.0.0.0"
+) -> web.AppRunner:
+    """Start the health/metrics server; the caller cleans the runner up on exit."""
+
+    async def healthz(_: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    async def readyz(_: web.Request) -> web.Response:
+        if ready():
+            return web.Response(text="ok")
+        return web.Response(status=503, text="informers not synced yet")
+
+    async def metrics_handler(_: web.Request) -> web.Response:
+        body = metrics.render()
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    app = web.Application()
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    app.router.add_get("/metrics", metrics_handler)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, host, port).start()
+    return runner

@@ -1,0 +1,116 @@
+"""Shared by the daemon's integration tests: a private pool of KWOK GPU nodes (labelled
+and tainted so no other test's pods land there), and the daemon run in-process."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from gpusched.config import API_VERSION, KIND, load_config
+from gpusched.daemon import Daemon, DaemonOptions
+from gpusched.devcluster import NodeSpec, node_object
+from gpusched.kube import JSON, ApiError, Kube, create_nodes
+from gpusched.observability.logging import make_logger
+from gpusched.plugins import default_registry
+
+POOL_KEY = "gpusched.io/test-pool"
+# (gpus, model, cpu milli, memory MiB, NVLink island size): the generated fleet's shapes.
+SHAPES = (
+    (8, "A100M80", 96_000, 1_048_576, 8),
+    (8, "V100M32", 64_000, 524_288, 8),
+    (2, "T4", 32_000, 131_072, 0),
+)
+# Tests write fast: kube-scheduler's default qps (50) would make a 200-pod burst wait on
+# the client-side limiter rather than on the scheduler.
+FAST_CLIENT = {"clientConnection": {"qps": 1000, "burst": 1000}}
+
+
+def pool_specs(pool: str, count: int, shapes: Sequence[tuple[Any, ...]] = SHAPES) -> list[NodeSpec]:
+    out = []
+    for i in range(count):
+        gpus, model, cpu, mem, island = shapes[i % len(shapes)]
+        out.append(
+            NodeSpec(
+                name=f"{pool}-{i:03d}",
+                gpus=gpus,
+                model=model,
+                cpu_milli=cpu,
+                memory_mib=mem,
+                rack=f"{pool}-rack-{i // 8}",
+                spine=f"{pool}-spine-{i // 32}",
+                nvlink_island_size=island,
+            )
+        )
+    return out
+
+
+def pool_node(spec: NodeSpec, pool: str) -> JSON:
+    node = node_object(spec)
+    node["metadata"]["labels"][POOL_KEY] = pool
+    node.setdefault("spec", {})["taints"] = [
+        {"key": POOL_KEY, "value": pool, "effect": "NoSchedule"}
+    ]
+    return node
+
+
+def placement(pool: str) -> dict[str, Any]:
+    """node_selector and tolerations that put a pod in the pool."""
+    return {
+        "node_selector": {POOL_KEY: pool},
+        "tolerations": [
+            {"key": POOL_KEY, "operator": "Equal", "value": pool, "effect": "NoSchedule"}
+        ],
+    }
+
+
+@asynccontextmanager
+async def node_pool(kube: Kube, nodes: Sequence[JSON]) -> AsyncIterator[dict[str, int]]:
+    """Create the nodes; yields name -> card count; deletes them afterwards."""
+    await create_nodes(kube, nodes)
+    try:
+        yield {
+            n["metadata"]["name"]: int(n["status"]["capacity"].get("nvidia.com/gpu", 0))
+            for n in nodes
+        }
+    finally:
+        for n in nodes:
+            try:
+                await kube.delete(f"/api/v1/nodes/{n['metadata']['name']}")
+            except ApiError as exc:
+                if exc.status != 404:
+                    raise
+
+
+@asynccontextmanager
+async def running_daemon(
+    kubeconfig: Path, stream: io.StringIO, settings: dict[str, Any] | None = None
+) -> AsyncIterator[Daemon]:
+    registry = default_registry()
+    config = load_config(
+        {"apiVersion": API_VERSION, "kind": KIND, **(settings or FAST_CLIENT)}, registry
+    )
+    kube = await Kube.connect(kubeconfig)
+    daemon = Daemon(
+        kube, config, registry, make_logger(stream), options=DaemonOptions(bind_grace_seconds=10)
+    )
+    task = asyncio.create_task(daemon.run())
+    try:
+        await asyncio.wait_for(daemon.ready.wait(), 60)
+        yield daemon
+    finally:
+        daemon.stop()
+        await asyncio.wait_for(task, 30)
+        await kube.close()
+
+
+async def events_for(kube: Kube, namespace: str, name: str, reason: str) -> list[JSON]:
+    listing = await kube.get(
+        f"/api/v1/namespaces/{namespace}/events",
+        query=[("fieldSelector", f"involvedObject.name={name},reason={reason}")],
+    )
+    items: list[JSON] = listing.get("items", [])
+    return items

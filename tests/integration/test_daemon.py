@@ -1,0 +1,299 @@
+"""The daemon in-process against the session's real control plane with KWOK nodes.
+
+Each test brings its own pool of nodes (labelled and tainted, so the session fleet and
+the other tests do not interfere) and waits by watching, never by sleeping.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import secrets
+
+import orjson
+import pytest
+
+from gpusched.devcluster import LocalCluster
+from gpusched.devcluster.demo import (
+    _pod,
+    card_usage,
+    cards_of,
+    mixed_workload,
+    settled,
+    wait_settled,
+)
+from gpusched.devcluster.testkit import wait_pod_scheduled
+from gpusched.kube import JSON, Kube, pod_path, wait_for_deletion
+from gpusched.model import keys
+from tests.integration.daemon_support import (
+    events_for,
+    node_pool,
+    placement,
+    pool_node,
+    pool_specs,
+    running_daemon,
+)
+
+pytestmark = pytest.mark.integration
+
+
+def _pool() -> str:
+    return f"p{secrets.token_hex(3)}"
+
+
+def _decisions(stream: io.StringIO) -> list[JSON]:
+    out = []
+    for line in stream.getvalue().splitlines():
+        rec = orjson.loads(line)  # every line is JSON: the log is machine-readable
+        if rec.get("event") == "decision":
+            out.append(rec)
+    return out
+
+
+async def _create(kube: Kube, namespace: str, pods: list[JSON]) -> None:
+    sem = asyncio.Semaphore(16)
+
+    async def one(pod: JSON) -> None:
+        async with sem:
+            await kube.post(pod_path(namespace), pod)
+
+    await asyncio.gather(*(one(p) for p in pods))
+
+
+async def test_200_mixed_pods_on_50_gpu_nodes(
+    cluster: LocalCluster, kube: Kube, namespace: str
+) -> None:
+    pool = _pool()
+    nodes = [pool_node(s, pool) for s in pool_specs(pool, 50)]
+    stream = io.StringIO()
+    async with node_pool(kube, nodes) as cards, running_daemon(cluster.kubeconfig, stream):
+        pods = mixed_workload(200, seed=11, **placement(pool))
+        await _create(kube, namespace, pods)
+        final = await wait_settled(
+            kube, namespace, [p["metadata"]["name"] for p in pods], timeout=120
+        )
+
+    impossible = {n: p for n, p in final.items() if n.startswith("impossible")}
+    fitting = {n: p for n, p in final.items() if n not in impossible}
+    unbound = sorted(n for n, p in fitting.items() if not p["spec"].get("nodeName"))
+    assert not unbound, f"pods that fit were left pending: {unbound}"
+    assert len(impossible) == 5
+    assert all(not p["spec"].get("nodeName") for p in impossible.values())
+    # No card over-allocated, recomputed from the API objects.
+    assert card_usage(final.values(), cards) == []
+    # CPU-only pods hold no card; GPU pods carry the cards they were given.
+    for name, pod in fitting.items():
+        held, _ = cards_of(pod)
+        assert bool(held) == (not name.startswith("cpu")), name
+
+    # The pods that cannot fit say why, in kube-scheduler's words.
+    expected = {
+        "Insufficient nvidia.com/gpu": 1,
+        "GPU of model H100": 1,
+        "Insufficient GPU share": 1,
+        "Insufficient cpu": 1,
+        "annotation gpusched.io/gpu-milli='half' is not an integer": 1,
+    }
+    messages = []
+    for name, pod in impossible.items():
+        evs = await events_for(kube, namespace, name, "FailedScheduling")
+        assert evs, f"{name} has no FailedScheduling Event"
+        assert evs[0]["type"] == "Warning"
+        assert evs[0]["reportingComponent"] == "gpusched"
+        message = evs[0]["message"]
+        assert message.startswith("0/"), message
+        assert "nodes are available: " in message
+        cond = next(c for c in pod["status"]["conditions"] if c["type"] == "PodScheduled")
+        assert cond["status"] == "False" and cond["reason"] == "Unschedulable"
+        assert cond["message"] == message
+        messages.append(message)
+    for fragment in expected:
+        assert any(fragment in m for m in messages), (fragment, messages)
+
+    # Every bound pod's decision is in the JSON log, with its scores and cards.
+    records = {r["uid"]: r for r in _decisions(stream) if r["result"] == "bound"}
+    for name, pod in fitting.items():
+        rec = records.get(pod["metadata"]["uid"])
+        assert rec is not None, f"no decision record for {name}"
+        assert rec["pod"] == f"{namespace}/{name}"
+        assert rec["node"] == pod["spec"]["nodeName"]
+        assert rec["cards"] == cards_of(pod)[0]
+        assert rec["top"] and rec["top"][0]["total"] >= rec["top"][-1]["total"]
+        assert len(rec["top"]) <= 5
+        chosen = next(t for t in rec["top"] if t["node"] == rec["node"])
+        assert {"raw", "normalized", "weight"} <= set(chosen["scores"]["GPUFragmentation"])
+        assert {"PreFilter", "Filter", "Score", "Binding"} <= set(rec["us"])
+        assert rec["feasible"] >= 1
+        if name.startswith("shared"):
+            assert rec["milli"] == [int(pod["metadata"]["annotations"][keys.GPU_MILLI])]
+    # Filter rejections are counted by reason in the unschedulable pods' records.
+    rejected = [r for r in _decisions(stream) if r["result"] == "unschedulable"]
+    assert any(r["rejections"].get("Insufficient nvidia.com/gpu") for r in rejected)
+
+
+async def test_default_scheduler_pods_are_left_alone_and_counted(
+    cluster: LocalCluster, kube: Kube, namespace: str
+) -> None:
+    pool = _pool()
+    specs = pool_specs(pool, 2, shapes=((8, "A100M80", 96_000, 1_048_576, 8),))
+    nodes = [pool_node(s, pool) for s in specs]
+    # A node whose inventory annotation is broken: used through the GFD fallback and
+    # reported once with a Warning Event naming the annotation.
+    nodes[1]["metadata"]["annotations"][keys.GPU_INVENTORY] = "not json"
+    stream = io.StringIO()
+    where = placement(pool)
+    async with node_pool(kube, nodes), running_daemon(cluster.kubeconfig, stream):
+        first = specs[0].name
+        theirs = _pod(
+            "theirs",
+            gpus=8,
+            scheduler_name=None,
+            tolerations=where["tolerations"],
+            node_selector={"kubernetes.io/hostname": first},
+        )
+        await kube.post(pod_path(namespace), theirs)
+        bound = await wait_pod_scheduled(kube, namespace, "theirs")
+        assert bound["spec"]["nodeName"] == first
+        # Ours must not get the cards the default scheduler's pod holds.
+        await _create(
+            kube,
+            namespace,
+            [
+                _pod(
+                    "ours-pinned",
+                    gpus=1,
+                    tolerations=where["tolerations"],
+                    node_selector={"kubernetes.io/hostname": first},
+                ),
+                _pod("ours-free", gpus=8, **where),
+            ],
+        )
+        final = await wait_settled(kube, namespace, ["ours-pinned", "ours-free"])
+        node_events = await events_for(kube, "default", specs[1].name, "GPUInventory")
+
+    assert not final["ours-pinned"]["spec"].get("nodeName")
+    ev = await events_for(kube, namespace, "ours-pinned", "FailedScheduling")
+    assert "Insufficient nvidia.com/gpu" in ev[0]["message"]
+    assert final["ours-free"]["spec"]["nodeName"] == specs[1].name
+    # Left alone: no annotation, no Event from us.
+    theirs_now = await kube.get(pod_path(namespace, "theirs"))
+    assert keys.GPU_IDS not in (theirs_now["metadata"].get("annotations") or {})
+    assert not [
+        e
+        for e in await events_for(kube, namespace, "theirs", "FailedScheduling")
+        if e.get("reportingComponent") == "gpusched"
+    ]
+    assert node_events and keys.GPU_INVENTORY in node_events[0]["message"]
+    assert node_events[0]["type"] == "Warning"
+
+
+async def test_pod_deleted_while_being_bound_leaks_nothing(
+    cluster: LocalCluster, kube: Kube, namespace: str
+) -> None:
+    pool = _pool()
+    spec = pool_specs(pool, 1)[0]
+    stream = io.StringIO()
+    where = placement(pool)
+    async with (
+        node_pool(kube, [pool_node(spec, pool)]),
+        running_daemon(cluster.kubeconfig, stream) as daemon,
+    ):
+        # Hold the binding cycle at PreBind until the pod is gone.
+        entered, release = asyncio.Event(), asyncio.Event()
+        annotate = daemon.writer.annotate
+
+        async def gated(pod, annotations):  # type: ignore[no-untyped-def]
+            entered.set()
+            await release.wait()
+            return await annotate(pod, annotations)
+
+        daemon.writer.annotate = gated  # type: ignore[method-assign]
+        created = await kube.post(pod_path(namespace), _pod("doomed", gpus=8, **where))
+        uid = created["metadata"]["uid"]
+        await asyncio.wait_for(entered.wait(), 30)
+        assert daemon.cache.is_assumed(uid)
+        await kube.delete(pod_path(namespace, "doomed"), query=[("gracePeriodSeconds", "0")])
+        await wait_for_deletion(kube, pod_path(namespace), "doomed")
+        daemon.writer.annotate = annotate  # type: ignore[method-assign]
+        release.set()
+        # The node's 8 cards are free again: the next 8-card pod gets them.
+        await kube.post(pod_path(namespace), _pod("next", gpus=8, **where))
+        nxt = await wait_pod_scheduled(kube, namespace, "next")
+        assert nxt["spec"]["nodeName"] == spec.name
+        assert uid not in daemon.cache.pods
+        assert daemon.queue.where(uid) == ""
+        assert daemon.cache.stats.over_allocated == 0
+    records = [r for r in _decisions(stream) if r["uid"] == uid]
+    assert records and records[-1]["result"] == "dropped"
+    assert "no longer exists" in records[-1]["message"]
+
+
+async def test_node_deleted_under_pending_pods(
+    cluster: LocalCluster, kube: Kube, namespace: str
+) -> None:
+    pool = _pool()
+    small = ((2, "T4", 32_000, 131_072, 0),)
+    first, second = (pool_node(s, pool) for s in pool_specs(pool, 2, shapes=small))
+    stream = io.StringIO()
+    where = placement(pool)
+    async with node_pool(kube, [first]), running_daemon(cluster.kubeconfig, stream) as daemon:
+        names = ["a", "b", "c"]
+        await _create(kube, namespace, [_pod(n, gpus=2, **where) for n in names])
+        state = await wait_settled(kube, namespace, names)
+        assert sum(bool(p["spec"].get("nodeName")) for p in state.values()) == 1
+        await kube.delete(f"/api/v1/nodes/{first['metadata']['name']}")
+        await wait_for_deletion(kube, "/api/v1/nodes", first["metadata"]["name"])
+        async with node_pool(kube, [second]):
+            # A new node is a cluster event: one pending pod moves there at once.
+            state = await _until_bound(kube, namespace, names, 2)
+            on_second = [
+                n
+                for n, p in state.items()
+                if p["spec"].get("nodeName") == second["metadata"]["name"]
+            ]
+            assert len(on_second) == 1
+            assert daemon.cache.stats.over_allocated == 0
+            # The watch delivers events in order: the second node's arrival, which bound a
+            # pod, came after the first node's deletion.
+            assert daemon.cache.snapshot.row_of(first["metadata"]["name"]) < 0
+
+
+async def _until_bound(kube: Kube, namespace: str, names: list[str], count: int) -> dict[str, JSON]:
+    """Watch until `count` of the pods are bound."""
+    return await wait_settled(
+        kube,
+        namespace,
+        names,
+        until=lambda pods: sum(bool(p["spec"].get("nodeName")) for p in pods.values()) >= count,
+        timeout=60,
+    )
+
+
+async def test_sigterm_finishes_bindings_in_flight(
+    cluster: LocalCluster, kube: Kube, namespace: str
+) -> None:
+    pool = _pool()
+    spec = pool_specs(pool, 1)[0]
+    stream = io.StringIO()
+    where = placement(pool)
+    async with node_pool(kube, [pool_node(spec, pool)]):
+        async with running_daemon(cluster.kubeconfig, stream) as daemon:
+            entered, release = asyncio.Event(), asyncio.Event()
+            bind = daemon.writer.bind
+
+            async def gated(pod, node):  # type: ignore[no-untyped-def]
+                entered.set()
+                await release.wait()
+                return await bind(pod, node)
+
+            daemon.writer.bind = gated  # type: ignore[method-assign]
+            await kube.post(pod_path(namespace), _pod("inflight", gpus=1, **where))
+            await asyncio.wait_for(entered.wait(), 30)
+            daemon.stop()  # stop taking pods...
+            await kube.post(pod_path(namespace), _pod("late", gpus=1, **where))
+            release.set()  # ...but the binding in flight completes
+        pod = await kube.get(pod_path(namespace, "inflight"))
+        assert pod["spec"]["nodeName"] == spec.name
+        late = await kube.get(pod_path(namespace, "late"))
+        assert not late["spec"].get("nodeName")
+        assert not settled(late)

@@ -1,0 +1,224 @@
+"""The scheduling queue's state machine on a fake clock (no event loop except for pop)."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+
+import pytest
+
+from gpusched.core.queue import ClusterEvent, SchedulingQueue, backoff_duration, may_help
+from gpusched.core.queue.queue import ACTIVE, BACKOFF, INFLIGHT, POD_SPEC, UNSCHEDULABLE
+from gpusched.model.pod import PodInfo, PodRequest
+from gpusched.plugins.priority_sort import PrioritySort
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def pod(name: str, *, priority: int = 0, created: float = 0.0) -> PodInfo:
+    return PodInfo(
+        uid=f"uid-{name}",
+        namespace="ns",
+        name=name,
+        request=PodRequest(cpu_milli=100),
+        priority=priority,
+        created=created,
+    )
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def queue(clock: Clock) -> SchedulingQueue:
+    less = PrioritySort(None, None).less
+    return SchedulingQueue(less, clock, initial_backoff=1.0, max_backoff=10.0)
+
+
+def test_backoff_doubles_to_the_cap() -> None:
+    assert [backoff_duration(n, 1.0, 10.0) for n in range(6)] == [0, 1, 2, 4, 8, 10]
+    assert backoff_duration(10_000, 1.0, 10.0) == 10.0
+
+
+def test_pop_follows_queue_sort(queue: SchedulingQueue) -> None:
+    queue.add(pod("late", created=2))
+    queue.add(pod("early", created=1))
+    queue.add(pod("urgent", priority=10, created=3))
+    order = [queue.pop_nowait() for _ in range(3)]
+    assert [i.pod.name for i in order if i] == ["urgent", "early", "late"]
+    assert queue.pop_nowait() is None
+
+
+def test_a_pod_is_never_queued_twice(queue: SchedulingQueue) -> None:
+    p = pod("a")
+    queue.add(p)
+    queue.add(dataclasses.replace(p, labels={"x": "y"}))
+    assert len(queue) == 1
+    info = queue.pop_nowait()
+    assert info is not None and info.pod.labels == {"x": "y"}
+    # The watch delivers it again while in flight: only the stored version changes.
+    queue.add(dataclasses.replace(p, labels={"x": "z"}))
+    assert queue.pop_nowait() is None
+    assert queue.where(p.uid) == INFLIGHT
+    assert info.pod.labels == {"x": "z"}
+
+
+def test_attempts_are_counted(queue: SchedulingQueue, clock: Clock) -> None:
+    queue.add(pod("a"))
+    for attempt in range(1, 4):
+        info = queue.pop_nowait()
+        assert info is not None and info.attempts == attempt
+        queue.requeue(info, unschedulable=False)
+        clock.t += 100
+        queue.flush()
+
+
+def test_error_goes_to_backoff_then_active(queue: SchedulingQueue, clock: Clock) -> None:
+    queue.add(pod("a"))
+    info = queue.pop_nowait()
+    assert info is not None
+    assert queue.requeue(info, unschedulable=False) == BACKOFF
+    assert queue.pop_nowait() is None
+    clock.t += 0.5
+    assert queue.flush() == 0
+    clock.t += 0.6
+    assert queue.flush() == 1
+    assert queue.where("uid-a") == ACTIVE
+    # Second failure: 2 s.
+    info = queue.pop_nowait()
+    assert info is not None
+    queue.requeue(info, unschedulable=False)
+    clock.t += 1.5
+    assert queue.flush() == 0
+    clock.t += 0.6
+    assert queue.flush() == 1
+
+
+def test_unschedulable_waits_for_an_event(queue: SchedulingQueue, clock: Clock) -> None:
+    queue.add(pod("a"))
+    info = queue.pop_nowait()
+    assert info is not None
+    assert queue.requeue(info, unschedulable=True, rejected_by=["GPUFit"]) == UNSCHEDULABLE
+    clock.t += 20
+    queue.flush()
+    assert queue.where("uid-a") == UNSCHEDULABLE
+    assert queue.move_all(ClusterEvent.NODE_ADD) == 1
+    assert queue.where("uid-a") == ACTIVE
+
+
+def test_move_while_backing_off_goes_to_backoff(queue: SchedulingQueue, clock: Clock) -> None:
+    queue.add(pod("a"))
+    info = queue.pop_nowait()
+    assert info is not None
+    queue.requeue(info, unschedulable=True, rejected_by=["GPUFit"])
+    clock.t += 0.2
+    queue.move_all(ClusterEvent.ASSIGNED_POD_DELETE)
+    assert queue.where("uid-a") == BACKOFF
+    clock.t += 1
+    queue.flush()
+    assert queue.where("uid-a") == ACTIVE
+
+
+def test_event_during_the_attempt_means_backoff(queue: SchedulingQueue) -> None:
+    """kube's moveRequestCycle: the cluster changed while the pod was in flight, so the
+    'unschedulable' verdict may be stale and the pod must not wait for another event."""
+    queue.add(pod("a"))
+    info = queue.pop_nowait()
+    assert info is not None
+    queue.move_all(ClusterEvent.NODE_ADD)
+    assert queue.requeue(info, unschedulable=True) == BACKOFF
+
+
+def test_malformed_pod_moves_only_when_it_changes(queue: SchedulingQueue, clock: Clock) -> None:
+    p = pod("bad")
+    queue.add(p)
+    info = queue.pop_nowait()
+    assert info is not None
+    queue.requeue(info, unschedulable=True, rejected_by=[POD_SPEC])
+    assert not may_help(frozenset({POD_SPEC}), ClusterEvent.NODE_ADD)
+    assert queue.move_all(ClusterEvent.NODE_ADD) == 0
+    queue.add(p)  # a status-only update decodes to the same PodInfo: nothing to retry
+    assert queue.where(p.uid) == UNSCHEDULABLE
+    clock.t += 5
+    queue.add(dataclasses.replace(p, annotations={"gpusched.io/gpu-milli": "500"}))
+    assert queue.where(p.uid) == ACTIVE
+
+
+def test_leftover_unschedulable_pods_are_retried(clock: Clock) -> None:
+    q = SchedulingQueue(PrioritySort(None, None).less, clock, max_unschedulable=300.0)
+    q.add(pod("a"))
+    info = q.pop_nowait()
+    assert info is not None
+    q.requeue(info, unschedulable=True, rejected_by=[POD_SPEC])
+    clock.t += 299
+    q.flush()
+    assert q.where("uid-a") == UNSCHEDULABLE
+    clock.t += 31
+    q.flush()
+    assert q.where("uid-a") == ACTIVE
+
+
+def test_delete_everywhere(queue: SchedulingQueue) -> None:
+    for name in ("a", "b", "c"):
+        queue.add(pod(name))
+    a = queue.pop_nowait()
+    b = queue.pop_nowait()
+    assert a is not None and b is not None
+    queue.requeue(b, unschedulable=True)
+    for uid in ("uid-a", "uid-b", "uid-c"):
+        queue.delete(uid)
+    assert queue.pop_nowait() is None
+    assert queue.where("uid-b") == ""
+    # The in-flight pod is dropped when its attempt returns.
+    assert queue.requeue(a, unschedulable=False) == ""
+    assert len(queue) == 0
+
+
+def test_done_forgets_the_in_flight_pod(queue: SchedulingQueue) -> None:
+    queue.add(pod("a"))
+    info = queue.pop_nowait()
+    assert info is not None
+    queue.done(info.uid)
+    assert len(queue) == 0
+    queue.add(pod("a"))  # e.g. a stale watch event: the daemon filters assumed pods first
+    assert queue.where("uid-a") == ACTIVE
+
+
+def test_lazy_deletion_keeps_order(queue: SchedulingQueue) -> None:
+    for i in range(200):
+        queue.add(pod(f"p{i:03d}", created=float(i)))
+    for i in range(0, 200, 2):
+        queue.delete(f"uid-p{i:03d}")
+    names = []
+    while (info := queue.pop_nowait()) is not None:
+        names.append(info.pod.name)
+    assert names == [f"p{i:03d}" for i in range(1, 200, 2)]
+
+
+async def test_pop_waits_and_close_releases(queue: SchedulingQueue) -> None:
+    waiter = asyncio.create_task(queue.pop())
+    await asyncio.sleep(0)
+    assert not waiter.done()
+    queue.add(pod("a"))
+    info = await asyncio.wait_for(waiter, 1)
+    assert info is not None and info.pod.name == "a"
+    waiter = asyncio.create_task(queue.pop())
+    await asyncio.sleep(0)
+    queue.close()
+    assert await asyncio.wait_for(waiter, 1) is None
+
+
+def test_pending_counts(queue: SchedulingQueue) -> None:
+    queue.add(pod("a"))
+    queue.add(pod("b"))
+    info = queue.pop_nowait()
+    assert info is not None
+    assert queue.pending() == {ACTIVE: 1, BACKOFF: 0, UNSCHEDULABLE: 0, INFLIGHT: 1}
