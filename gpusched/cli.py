@@ -23,6 +23,10 @@ DEMO_PROFILES = ("ai-scheduler", "least-allocated", "most-allocated")
 def _cmd_simulate(args: argparse.Namespace) -> int:
     if args.protocol == "fgd":
         return _cmd_simulate_fgd(args)
+    if args.protocol == "replay":
+        from gpusched.sim.replay_report import replay_main
+
+        return replay_main(args)
     return _cmd_simulate_demo(args)
 
 
@@ -47,7 +51,7 @@ def _cmd_simulate_fgd(args: argparse.Namespace) -> int:
         console.print("--protocol fgd needs --trace-dir (e.g. ../shared/traces/openb)")
         return 2
     trace = load_trace(args.trace_dir, args.pods)
-    seeds = parse_seeds(args.seeds)
+    seeds = parse_seeds(args.seeds or "42-51")
     policies = parse_policies(args.policies) if args.policies else list(POLICIES)
     registry = default_registry()
     ref_dir = args.reference_dir or Path(args.trace_dir).resolve().parent.parent / "reference"
@@ -209,13 +213,14 @@ def build_parser() -> argparse.ArgumentParser:
     fgd = sim.add_argument_group("trace protocols (docs/fgd-protocol.md)")
     fgd.add_argument(
         "--protocol",
-        choices=("demo", "fgd"),
+        choices=("demo", "fgd", "replay"),
         default="demo",
-        help="demo: the built-in fleet; fgd: the FGD paper's protocol on an openb trace",
+        help="demo: the built-in fleet; fgd: the FGD paper's protocol on an openb trace;"
+        " replay: the trace's arrival/departure times (docs/replay-results.md)",
     )
     fgd.add_argument("--trace-dir", help="directory of the openb CSV files")
     fgd.add_argument("--pods", default="openb_pod_list_default.csv", help="pod list file")
-    fgd.add_argument("--seeds", default="42-51", help="e.g. 42-51 or 42,43")
+    fgd.add_argument("--seeds", help="e.g. 42-51 or 42,43 (default: fgd 42-51, replay 1)")
     fgd.add_argument(
         "--policies",
         help="comma-separated: Random, DotProduct, GpuPacking, GpuClustering, BestFit, FGD,"
@@ -235,6 +240,15 @@ def build_parser() -> argparse.ArgumentParser:
     fgd.add_argument("--curves-out", help="write the allocation curves (CSV)")
     fgd.add_argument("--plot-out", help="write allocation vs arrived demand (PNG)")
     fgd.add_argument("--placements-out", help="write DIR/<policy>-<seed>.csv placements")
+    rep = sim.add_argument_group("replay (docs/replay-results.md; also --seeds, --policies)")
+    rep.add_argument("--timeout", type=float, default=600.0, help="seconds a pod may wait")
+    rep.add_argument("--job-window", type=int, default=1, help="seconds between a job's pods")
+    rep.add_argument(
+        "--time-compression", type=float, default=1.0, help="divide arrival times by this"
+    )
+    rep.add_argument(
+        "--cluster-fraction", type=float, default=1.0, help="share of each SKU's nodes to keep"
+    )
     sim.set_defaults(func=_cmd_simulate)
 
     run = sub.add_parser("run", help="run the scheduler against a cluster (docs/daemon.md)")

@@ -1,0 +1,594 @@
+"""Replay mode: the openb trace's own arrival and departure times through a scheduler profile.
+
+``docs/replay-results.md`` documents every rule; in short:
+
+* **Events.** A pod arrives at its ``creation_time`` and leaves at its ``deletion_time``
+  (shifted by however long it waited in our queue, so it keeps its trace lifetime). At equal
+  times departures go first. A pod without a deletion time, or ``Running`` with the trace's
+  last deletion time (still running when the trace was cut), stays to the end. Rows with a
+  missing creation time or a deletion not after creation are skipped and counted.
+  ``time_compression`` k > 1 divides arrival times by k (lifetimes kept): k times the
+  offered load, since the literal trace keeps its 6,212 GPUs about 1 % busy.
+* **Nodes and racks.** The trace's GPU nodes, grouped by SKU (model, GPU count), are racked
+  ``nodes_per_rack`` to a rack, ``racks_per_spine`` racks to a spine; the seed shuffles the
+  SKU order and the nodes within a SKU, and picks the hot racks (each with probability
+  ``hot_rack_share``). Idle temperature = rack ambient (25 °C, hot 31 °C) + 10 °C idle rise +
+  a per-node offset N(0, 2 °C); the engine's ThermalModel adds 40 °C x GPU allocation.
+* **Jobs.** The trace has no job ids. Pods of the same shape (cpu, memory, GPUs, milli, spec,
+  qos) created within ``job_window_s`` of the previous such pod form one job (a distributed
+  job submits its workers together); every other pod is a job of one pod. A multi-pod job's
+  pods carry ``ai.training/job-id`` so NetworkLocality sees them. Pods are not gang-bound.
+* **Queue.** A pod no node takes waits. After departures, waiting pods are retried in FIFO
+  order, but only a shape for which one of the freed nodes now has room (a departure frees
+  room on its own node only, so nothing else can have changed); a pod not started within
+  ``timeout_s`` of its arrival, or withdrawn (its trace deletion time passed), gives up.
+* **Figures.** Whole-card job success (all pods of a whole-card job started within the
+  timeout); hottest node temperature (max over time and nodes, and the time-weighted p99 of
+  the hottest node); same-rack share (multi-pod jobs whose pods all started: share in the
+  most common rack); gang temperature spread (multi-pod jobs, while all their pods run: max -
+  min of their nodes' temperatures as % of the mean, time-averaged per job: the step-time
+  jitter proxy, a synchronous step waits for its hottest, most throttled worker); GPU
+  allocation (time-weighted mean).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import time
+from collections import Counter, deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from gpusched.config import builtin_profile
+from gpusched.core.cache.snapshot import Snapshot
+from gpusched.core.runtime.registry import Registry
+from gpusched.core.scheduler import Result
+from gpusched.model.node import FULL_CARD_MILLI, NodeModel
+from gpusched.model.pod import PodInfo, PodRequest
+from gpusched.sim.engine import Simulation
+from gpusched.sim.openb import TraceNode, TracePod
+from gpusched.sim.thermal import HOT_AMBIENT_C, IDLE_RISE_C, NORMAL_AMBIENT_C
+from gpusched.sim.trace_cluster import node_model, pod_info
+
+POLICIES: tuple[str, ...] = ("ai-scheduler", "least-allocated", "most-allocated")
+NODE_OFFSET_SD_C = 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayConfig:
+    timeout_s: float = 600.0
+    job_window_s: int = 1
+    time_compression: float = 1.0
+    nodes_per_rack: int = 16
+    racks_per_spine: int = 8
+    hot_rack_share: float = 0.2
+    cluster_fraction: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not 0 < self.cluster_fraction <= 1:
+            raise ValueError("cluster_fraction must be in (0, 1]")
+        if self.time_compression <= 0:
+            raise ValueError("time_compression must be positive")
+        if self.timeout_s < 0 or self.job_window_s < 0:
+            raise ValueError("timeout_s and job_window_s must be non-negative")
+        if self.nodes_per_rack < 1 or self.racks_per_spine < 1:
+            raise ValueError("nodes_per_rack and racks_per_spine must be positive")
+
+
+# -- workload ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayPod:
+    index: int  # position in arrival order
+    source: TracePod
+    arrival: float  # virtual seconds
+    lifetime: float | None  # seconds it runs once started; None: stays to the end
+    job: str  # "" for a job of one pod
+    info: PodInfo
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayWorkload:
+    pods: tuple[ReplayPod, ...]
+    jobs: dict[str, tuple[int, ...]]  # job -> pod indexes (every job, one-pod ones too)
+    skipped: dict[str, int]  # odd rows left out, by reason
+    phases: dict[str, int]  # trace pod_phase of the replayed pods
+    stays: int  # pods that never leave
+    window_start: int  # trace second that is virtual time 0
+    measure_from: float  # virtual time of the trace's first departure
+    initial: int  # pods created before the trace's first departure
+
+    @property
+    def arrival_end(self) -> float:
+        return max((p.arrival for p in self.pods), default=0.0)
+
+    @property
+    def window(self) -> tuple[float, float]:
+        """Time-weighted figures cover [first trace departure, last arrival] (the whole
+        arrival span when that is empty): the drain after the last arrival is left out."""
+        end = self.arrival_end
+        start = self.measure_from if self.measure_from < end else 0.0
+        return start, end
+
+    @property
+    def multi_pod_jobs(self) -> int:
+        return sum(1 for p in self.jobs.values() if len(p) > 1)
+
+
+def _shape(p: TracePod) -> tuple[Any, ...]:
+    return (p.cpu_milli, p.memory_mib, p.num_gpu, p.gpu_milli, p.gpu_spec, p.qos)
+
+
+def build_workload(pods: Sequence[TracePod], cfg: ReplayConfig) -> ReplayWorkload:
+    skipped: Counter[str] = Counter()
+    kept: list[TracePod] = []
+    for p in pods:
+        if p.creation_time is None:
+            skipped["no creation_time"] += 1
+        elif p.deletion_time is not None and p.deletion_time <= p.creation_time:
+            skipped["deletion_time not after creation_time"] += 1
+        else:
+            kept.append(p)
+    ends = [p.deletion_time for p in kept if p.deletion_time is not None]
+    trace_end = max(ends) if ends else None
+    kept.sort(key=lambda p: (p.creation_time, p.name))
+    # Jobs: same shape, each member within job_window_s of the previous one.
+    job_of: list[int] = []
+    members: list[list[int]] = []
+    open_job: dict[tuple[Any, ...], int] = {}
+    for i, p in enumerate(kept):
+        key = _shape(p)
+        j = open_job.get(key)
+        assert p.creation_time is not None
+        if j is not None:
+            prev = kept[members[j][-1]].creation_time
+            assert prev is not None
+            if p.creation_time - prev > cfg.job_window_s:
+                j = None
+        if j is None:
+            j = len(members)
+            members.append([])
+            open_job[key] = j
+        members[j].append(i)
+        job_of.append(j)
+    # Virtual time 0 is the first creation. The trace holds only pods alive after its first
+    # departure (a few long-lived ones were created months before it), so the time-weighted
+    # figures start there: ``measure_start``.
+    created = [p.creation_time for p in kept if p.creation_time is not None]
+    t0 = min(created, default=0)
+    first_end = min(ends, default=t0)
+    out: list[ReplayPod] = []
+    stays = 0
+    for i, p in enumerate(kept):
+        assert p.creation_time is not None
+        j = job_of[i]
+        job = f"job-{j:05d}" if len(members[j]) > 1 else ""
+        lifetime: float | None
+        if p.deletion_time is None or (p.deletion_time == trace_end and p.pod_phase == "Running"):
+            lifetime = None
+            stays += 1
+        else:
+            lifetime = float(p.deletion_time - p.creation_time)
+        arrival = (p.creation_time - t0) / cfg.time_compression
+        info = pod_info(p.name, p, job_id=job, created=arrival)
+        out.append(ReplayPod(i, p, arrival, lifetime, job, info))
+    jobs = {
+        (f"job-{j:05d}" if len(m) > 1 else kept[m[0]].name): tuple(m) for j, m in enumerate(members)
+    }
+    return ReplayWorkload(
+        pods=tuple(out),
+        jobs=jobs,
+        skipped=dict(skipped),
+        phases=dict(Counter(p.pod_phase or "?" for p in kept)),
+        stays=stays,
+        window_start=int(t0),
+        measure_from=(first_end - t0) / cfg.time_compression,
+        initial=sum(1 for p in kept if (p.creation_time or 0) < first_end),
+    )
+
+
+def offered_load(wl: ReplayWorkload, capacity_milli: int) -> float:
+    """Time-weighted mean GPU demand of the pods alive by the trace's (compressed) times,
+    as a share of capacity, over the workload's window: the load the replay offers before any
+    queueing."""
+    start, end = wl.window
+    events: list[tuple[float, int]] = []
+    for p in wl.pods:
+        d = p.info.request.gpu_milli_total
+        events.append((p.arrival, d))
+        if p.lifetime is not None:
+            events.append((p.arrival + p.lifetime, -d))
+    if end <= start or capacity_milli <= 0:
+        return 0.0
+    events.sort()
+    area = cur = 0.0
+    last = start
+    for t, d in events:
+        if t > end:
+            break
+        if t > start:
+            area += cur * (t - last)
+            last = t
+        cur += d
+    area += cur * (end - last)
+    return area / (end - start) / capacity_milli
+
+
+# -- cluster -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    nodes: tuple[NodeModel, ...]
+    idle_temperatures: dict[str, float]
+    hot_racks: frozenset[str]
+
+    @property
+    def racks(self) -> int:
+        return len({n.rack for n in self.nodes})
+
+
+def rack_layout(nodes: Sequence[TraceNode], seed: int, cfg: ReplayConfig) -> Layout:
+    """GPU nodes racked by SKU, the seed choosing the order, the hot racks and the offsets."""
+    rng = np.random.default_rng(seed)
+    skus: dict[tuple[str, int], list[TraceNode]] = {}
+    for n in nodes:
+        if n.gpu > 0:
+            skus.setdefault((n.model, n.gpu), []).append(n)
+    keys = sorted(skus)
+    order = rng.permutation(len(keys))
+    out: list[NodeModel] = []
+    idle: dict[str, float] = {}
+    hot: set[str] = set()
+    r = 0
+    for k in order:
+        group = skus[keys[int(k)]]
+        # A smaller cluster keeps every SKU, each at the same share (rounded up).
+        perm = rng.permutation(len(group))[: math.ceil(cfg.cluster_fraction * len(group))]
+        for start in range(0, len(perm), cfg.nodes_per_rack):
+            rack = f"rack-{r:03d}"
+            spine = f"spine-{r // cfg.racks_per_spine:02d}"
+            is_hot = bool(rng.random() < cfg.hot_rack_share)
+            if is_hot:
+                hot.add(rack)
+            ambient = HOT_AMBIENT_C if is_hot else NORMAL_AMBIENT_C
+            for i in perm[start : start + cfg.nodes_per_rack]:
+                n = group[int(i)]
+                out.append(node_model(n, rack=rack, spine=spine))
+                idle[n.sn] = float(ambient + IDLE_RISE_C + rng.normal(0.0, NODE_OFFSET_SD_C))
+            r += 1
+    return Layout(tuple(out), idle, frozenset(hot))
+
+
+# -- replay --------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class ReplayRun:
+    policy: str
+    seed: int
+    pods: int
+    started: int
+    gave_up: int  # not started within the timeout
+    withdrawn: int  # deleted by the trace before it could start
+    whole_jobs: int
+    whole_jobs_ok: int
+    multi_jobs: int
+    same_rack_pct: float
+    jitter_pct: float  # mean over measured multi-pod jobs of the time-averaged spread
+    jitter_p90_pct: float
+    jitter_jobs: int
+    hottest_max_c: float
+    hottest_p99_c: float
+    gpu_alloc_mean_pct: float
+    gpu_alloc_peak_pct: float
+    mean_wait_s: float
+    retries: int
+    seconds: float
+    errors: int = 0
+    starts: dict[str, float] = field(default_factory=dict)  # pod name -> start (virtual s)
+
+    @property
+    def whole_success_pct(self) -> float:
+        return 100.0 * self.whole_jobs_ok / self.whole_jobs if self.whole_jobs else math.nan
+
+    @property
+    def us_per_pod(self) -> float:
+        return self.seconds / max(1, self.pods) * 1e6
+
+
+def _could_fit(snap: Snapshot, rows: Sequence[int], req: PodRequest) -> bool:
+    """A necessary condition for ``req`` to fit one of ``rows`` (cpu, memory, cards)."""
+    allowed = snap.allowed_models(req.gpu_models) if req.gpu_models else None
+    for row in rows:
+        if snap.node_cpu_free[row] < req.cpu_milli or snap.node_mem_free[row] < req.memory_bytes:
+            continue
+        if snap.node_pods_free[row] < 1:
+            continue
+        n = int(snap.node_card_count[row])
+        free = snap.card_free_milli[row, :n]
+        if allowed is not None:
+            models = snap.card_model[row, :n]
+            free = free[allowed[np.clip(models, 0, len(allowed) - 1)] & (models >= 0)]
+        if req.gpu_cards:
+            if int((free >= FULL_CARD_MILLI).sum()) >= req.gpu_cards:
+                return True
+        elif req.gpu_milli:
+            if len(free) and int(free.max()) >= req.gpu_milli:
+                return True
+        else:
+            return True
+    return False
+
+
+def _weighted_quantile(
+    values: NDArray[np.float64], weights: NDArray[np.float64], q: float
+) -> float:
+    if len(values) == 0 or weights.sum() <= 0:
+        return math.nan
+    order = np.argsort(values)
+    cum = np.cumsum(weights[order])
+    i = int(np.searchsorted(cum, q * cum[-1]))
+    return float(values[order][min(i, len(values) - 1)])
+
+
+def _req_key(req: PodRequest) -> tuple[Any, ...]:
+    return (
+        req.cpu_milli,
+        req.memory_bytes,
+        req.gpu_cards,
+        req.gpu_milli,
+        req.gpu_mem_mib,
+        req.gpu_models,
+    )
+
+
+def replay(
+    wl: ReplayWorkload,
+    layout: Layout,
+    profile_name: str,
+    registry: Registry,
+    *,
+    seed: int,
+    cfg: ReplayConfig,
+    keep_starts: bool = False,
+    warm_up: bool = True,
+    progress: Callable[[int, int], None] | None = None,
+) -> ReplayRun:
+    """One built-in profile over the workload's events on the layout's cluster."""
+    profile = builtin_profile(profile_name, registry)
+    if warm_up:
+        # The first calls load the jitted kernels: start-up cost, not per-pod cost.
+        warm = Simulation(layout.nodes, profile, registry, seed=seed)
+        for p in wl.pods[:32]:
+            warm.submit(p.info)
+    sim = Simulation(
+        layout.nodes, profile, registry, seed=seed, idle_temperatures=layout.idle_temperatures
+    )
+    snap = sim.snapshot
+    gpu_rows = np.flatnonzero(snap.node_valid[: snap.capacity] & (snap.node_card_count > 0))
+    capacity = snap.gpu_milli_capacity()
+    pods = wl.pods
+    n = len(pods)
+    start = np.full(n, np.nan)
+    row_of = np.full(n, -1, np.int64)
+    held = np.zeros(n, np.int64)  # milli-GPU a started pod holds
+    withdrawn = np.zeros(n, np.bool_)
+    gave_up = np.zeros(n, np.bool_)
+    # Multi-pod jobs: pods still to start / still running, and the spread accumulators.
+    job_pods = {j: idx for j, idx in wl.jobs.items() if len(idx) > 1}
+    to_start = {j: len(idx) for j, idx in job_pods.items()}
+    running_jobs: dict[str, NDArray[np.int64]] = {}
+    spread_area: dict[str, float] = {}
+    spread_time: dict[str, float] = {}
+    departures: list[tuple[float, int]] = []  # (time, pod index)
+    pending: dict[tuple[Any, ...], deque[int]] = {}
+    used = 0
+    peak = 0
+    alloc_area = 0.0
+    hot_t: list[float] = []  # hottest node temperature on each segment
+    hot_w: list[float] = []  # the segment's duration
+    hottest_max = -math.inf
+    retries = errors = 0
+    now = 0.0
+    t_start, t_end = wl.window
+
+    def hottest() -> float:
+        temps = snap.node_temp[gpu_rows]
+        return float(np.nanmax(temps)) if np.isfinite(temps).any() else math.nan
+
+    def try_start(i: int) -> bool:
+        nonlocal used, peak, errors
+        p = pods[i]
+        d = sim.submit(p.info)
+        if d.result is not Result.SCHEDULED or d.alloc is None:
+            errors += d.result is Result.ERROR
+            return False
+        start[i] = now
+        row_of[i] = d.alloc.row
+        held[i] = sum(d.alloc.milli)
+        used += int(held[i])
+        peak = max(peak, used)
+        if p.lifetime is not None:
+            # Keeps its trace lifetime: leaves at deletion_time + its wait here.
+            heapq.heappush(departures, (now + p.lifetime, i))
+        if p.job:
+            to_start[p.job] -= 1
+            if to_start[p.job] == 0:
+                running_jobs[p.job] = row_of[np.asarray(job_pods[p.job])]
+        return True
+
+    def alive(i: int) -> bool:
+        """Still waiting: not withdrawn by the trace, not past the timeout."""
+        p = pods[i]
+        if p.lifetime is not None and now >= p.arrival + p.lifetime:
+            withdrawn[i] = True
+            return False
+        if now > p.arrival + cfg.timeout_s:
+            gave_up[i] = True
+            return False
+        return True
+
+    def retry(freed: list[int]) -> None:
+        nonlocal retries
+        heads = []
+        for key, q in pending.items():
+            while q and not alive(q[0]):
+                q.popleft()
+            if q:
+                heads.append((q[0], key))
+        heads.sort()
+        for _, key in heads:
+            q = pending[key]
+            if not _could_fit(snap, freed, pods[q[0]].info.request):
+                continue
+            while q:
+                if not alive(q[0]):
+                    q.popleft()
+                    continue
+                retries += 1
+                if not try_start(q[0]):
+                    break
+                q.popleft()
+        for key in [k for k, q in pending.items() if not q]:
+            del pending[key]
+
+    def advance(t: float) -> None:
+        nonlocal now, alloc_area
+        # Time-weighted figures cover the window, not the start nor the drain.
+        dt = min(t, t_end) - max(now, t_start)
+        if dt > 0:
+            alloc_area += used * dt
+            h = hottest()
+            hot_t.append(h)
+            hot_w.append(dt)
+            for job, rows in running_jobs.items():
+                temps = snap.node_temp[rows]
+                mean = float(temps.mean())
+                if mean > 0 and np.isfinite(mean):
+                    spread = 100.0 * float(temps.max() - temps.min()) / mean
+                    spread_area[job] = spread_area.get(job, 0.0) + spread * dt
+                    spread_time[job] = spread_time.get(job, 0.0) + dt
+        now = max(now, t)
+        sim.clock.advance_to(now)
+
+    hottest_max = hottest()
+    t0 = time.perf_counter()
+    a = 0
+    while a < n or departures:
+        if departures and (a >= n or departures[0][0] <= pods[a].arrival):
+            t = departures[0][0]
+            advance(t)
+            freed: list[int] = []
+            while departures and departures[0][0] == t:
+                _, i = heapq.heappop(departures)
+                sim.delete(pods[i].info.uid)
+                used -= int(held[i])
+                freed.append(int(row_of[i]))
+                job = pods[i].job
+                if job and job in running_jobs:
+                    del running_jobs[job]
+            if pending:
+                retry(sorted(set(freed)))
+        else:
+            p = pods[a]
+            advance(p.arrival)
+            if not try_start(a):
+                pending.setdefault(_req_key(p.info.request), deque()).append(a)
+            a += 1
+            if progress is not None and a % 512 == 0:
+                progress(a, n)
+        hottest_max = max(hottest_max, hottest())
+    seconds = time.perf_counter() - t0
+    # Pods still waiting at the end: gave up if past the timeout by then, else still waiting
+    # (counted as not started: the replay ended before they could).
+    for q in pending.values():
+        for i in q:
+            if not withdrawn[i]:
+                gave_up[i] = True
+    span = t_end - t_start
+    waits = (start - np.asarray([p.arrival for p in pods]))[np.isfinite(start)]
+    # Figures.
+    whole_jobs = whole_ok = 0
+    rack_shares: list[float] = []
+    for _job, idx in wl.jobs.items():
+        ok = all(
+            math.isfinite(start[i]) and start[i] - pods[i].arrival <= cfg.timeout_s for i in idx
+        )
+        if pods[idx[0]].info.request.gpu_cards > 0:
+            whole_jobs += 1
+            whole_ok += ok
+        if len(idx) > 1 and all(row_of[i] >= 0 for i in idx):
+            racks = Counter(int(snap.node_rack[row_of[i]]) for i in idx)
+            rack_shares.append(max(racks.values()) / len(idx))
+    spreads = np.asarray(
+        [spread_area[j] / spread_time[j] for j in spread_area if spread_time[j] > 0], np.float64
+    )
+    hot_arr = np.asarray(hot_t, np.float64)
+    w_arr = np.asarray(hot_w, np.float64)
+    ok_h = np.isfinite(hot_arr)
+    return ReplayRun(
+        policy=profile_name,
+        seed=seed,
+        pods=n,
+        started=int(np.isfinite(start).sum()),
+        gave_up=int(gave_up.sum()),
+        withdrawn=int(withdrawn.sum()),
+        whole_jobs=whole_jobs,
+        whole_jobs_ok=whole_ok,
+        multi_jobs=len(job_pods),
+        same_rack_pct=100.0 * float(np.mean(rack_shares)) if rack_shares else math.nan,
+        jitter_pct=float(spreads.mean()) if len(spreads) else math.nan,
+        jitter_p90_pct=float(np.percentile(spreads, 90)) if len(spreads) else math.nan,
+        jitter_jobs=len(spreads),
+        hottest_max_c=hottest_max,
+        hottest_p99_c=_weighted_quantile(hot_arr[ok_h], w_arr[ok_h], 0.99),
+        gpu_alloc_mean_pct=100.0 * alloc_area / span / capacity if span > 0 and capacity else 0.0,
+        gpu_alloc_peak_pct=100.0 * peak / capacity if capacity else 0.0,
+        mean_wait_s=float(waits.mean()) if len(waits) else math.nan,
+        retries=retries,
+        seconds=seconds,
+        errors=errors,
+        starts={pods[i].info.name: float(start[i]) for i in range(n)} if keep_starts else {},
+    )
+
+
+@dataclass(slots=True)
+class ReplayPolicy:
+    policy: str
+    runs: list[ReplayRun]
+
+    def values(self, attr: str) -> list[float]:
+        return [float(getattr(r, attr)) for r in self.runs]
+
+
+def run_policies(
+    pods: Sequence[TracePod],
+    nodes: Sequence[TraceNode],
+    policies: Sequence[str],
+    seeds: Sequence[int],
+    registry: Registry,
+    cfg: ReplayConfig,
+    *,
+    on_run: Callable[[ReplayRun], None] | None = None,
+) -> tuple[ReplayWorkload, dict[int, Layout], list[ReplayPolicy]]:
+    """Every policy on every seed's layout, over one workload (the seed racks the cluster
+    and seeds the framework's tie-break; the trace's events are the same)."""
+    wl = build_workload(pods, cfg)
+    layouts = {s: rack_layout(nodes, s, cfg) for s in seeds}
+    out: list[ReplayPolicy] = []
+    for name in policies:
+        runs = []
+        for s in seeds:
+            run = replay(wl, layouts[s], name, registry, seed=s, cfg=cfg)
+            if on_run is not None:
+                on_run(run)
+            runs.append(run)
+        out.append(ReplayPolicy(name, runs))
+    return wl, layouts, out

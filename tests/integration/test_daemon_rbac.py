@@ -1,0 +1,93 @@
+"""The daemon runs with exactly the rights manifests/rbac/gpusched.yaml grants.
+
+The other daemon tests run as cluster admin; this one applies the shipped ServiceAccount,
+ClusterRole and binding, takes a token for that account from the TokenRequest API, and
+checks that every write the daemon makes (gpu-ids patch, Binding, Events, the PodScheduled
+condition) is allowed, so a user who applies the manifests gets a working scheduler.
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import orjson
+import pytest
+import yaml
+
+from gpusched.devcluster import LocalCluster
+from gpusched.devcluster.cluster import write_kubeconfig
+from gpusched.devcluster.demo import _pod, wait_settled
+from gpusched.kube import ApiError, Kube, pod_path
+from gpusched.model import keys
+from tests.integration.daemon_support import (
+    events_for,
+    node_pool,
+    placement,
+    pool_node,
+    pool_specs,
+    running_daemon,
+)
+
+pytestmark = pytest.mark.integration
+
+RBAC = Path(__file__).parents[2] / "manifests/rbac/gpusched.yaml"
+COLLECTIONS = {
+    "ServiceAccount": "/api/v1/namespaces/{namespace}/serviceaccounts",
+    "ClusterRole": "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+    "ClusterRoleBinding": "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+}
+
+
+async def _apply_rbac(kube: Kube) -> tuple[str, str]:
+    account = ("", "")
+    for doc in yaml.safe_load_all(RBAC.read_text()):
+        path = COLLECTIONS[doc["kind"]].format(namespace=doc["metadata"].get("namespace", ""))
+        try:
+            await kube.post(path, doc)
+        except ApiError as exc:
+            if exc.status != 409:  # the session cluster may have it from an earlier run
+                raise
+        if doc["kind"] == "ServiceAccount":
+            account = (doc["metadata"]["namespace"], doc["metadata"]["name"])
+    return account
+
+
+async def test_daemon_works_with_the_shipped_rbac(
+    cluster: LocalCluster, kube: Kube, namespace: str, tmp_path: Path
+) -> None:
+    ns, name = await _apply_rbac(kube)
+    request = await kube.post(
+        f"/api/v1/namespaces/{ns}/serviceaccounts/{name}/token",
+        {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}},
+    )
+    kubeconfig = tmp_path / "gpusched.kubeconfig"
+    write_kubeconfig(
+        kubeconfig, cluster.server, cluster.ca_file, request["status"]["token"], "gpusched"
+    )
+    pool = "rbac"
+    nodes = [pool_node(s, pool) for s in pool_specs(pool, 3)]
+    pods = [
+        _pod("fits", gpus=1, **placement(pool)),
+        _pod("shared", annotations={keys.GPU_MILLI: "300"}, **placement(pool)),
+        _pod("too-big", gpus=16, **placement(pool)),
+    ]
+    stream = io.StringIO()
+    async with node_pool(kube, nodes), running_daemon(kubeconfig, stream):
+        for pod in pods:
+            await kube.post(pod_path(namespace), pod)
+        final = await wait_settled(kube, namespace, [p["metadata"]["name"] for p in pods])
+
+    assert final["fits"]["spec"]["nodeName"]
+    assert final["fits"]["metadata"]["annotations"][keys.GPU_IDS]
+    assert final["shared"]["metadata"]["annotations"][keys.GPU_MILLI_ASSIGNED] == "300"
+    assert not final["too-big"]["spec"].get("nodeName")
+    assert await events_for(kube, namespace, "fits", "Scheduled")
+    assert await events_for(kube, namespace, "too-big", "FailedScheduling")
+    cond = next(
+        c for c in final["too-big"]["status"]["conditions"] if c["type"] == "PodScheduled"
+    )
+    assert cond["reason"] == "Unschedulable"
+    lines = [orjson.loads(line) for line in stream.getvalue().splitlines()]
+    denied = [r for r in lines if "403" in str(r) or "forbidden" in str(r).lower()]
+    assert denied == [], denied
