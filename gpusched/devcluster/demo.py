@@ -43,7 +43,7 @@ PAUSE_IMAGE = "registry.k8s.io/pause:3.10"  # never pulled: KWOK runs no contain
 # -- the workload ----------------------------------------------------------------------------
 
 
-def _pod(
+def demo_pod(
     name: str,
     *,
     cpu: str = "500m",
@@ -91,7 +91,7 @@ def mixed_workload(
 
     def add(kind: str, **extra: Any) -> None:
         name = f"{kind}-{len(pods):03d}"
-        pods.append(_pod(name, labels={"demo.gpusched.io/kind": kind}, **kw, **extra))
+        pods.append(demo_pod(name, labels={"demo.gpusched.io/kind": kind}, **kw, **extra))
 
     bad = 5 if impossible else 0
     n = count - bad

@@ -15,9 +15,9 @@ import pytest
 
 from gpusched.devcluster import LocalCluster
 from gpusched.devcluster.demo import (
-    _pod,
     card_usage,
     cards_of,
+    demo_pod,
     mixed_workload,
     settled,
     wait_settled,
@@ -144,7 +144,7 @@ async def test_default_scheduler_pods_are_left_alone_and_counted(
     where = placement(pool)
     async with node_pool(kube, nodes), running_daemon(cluster.kubeconfig, stream):
         first = specs[0].name
-        theirs = _pod(
+        theirs = demo_pod(
             "theirs",
             gpus=8,
             scheduler_name=None,
@@ -159,13 +159,13 @@ async def test_default_scheduler_pods_are_left_alone_and_counted(
             kube,
             namespace,
             [
-                _pod(
+                demo_pod(
                     "ours-pinned",
                     gpus=1,
                     tolerations=where["tolerations"],
                     node_selector={"kubernetes.io/hostname": first},
                 ),
-                _pod("ours-free", gpus=8, **where),
+                demo_pod("ours-free", gpus=8, **where),
             ],
         )
         final = await wait_settled(kube, namespace, ["ours-pinned", "ours-free"])
@@ -208,7 +208,7 @@ async def test_pod_deleted_while_being_bound_leaks_nothing(
             return await annotate(pod, annotations)
 
         daemon.writer.annotate = gated  # type: ignore[method-assign]
-        created = await kube.post(pod_path(namespace), _pod("doomed", gpus=8, **where))
+        created = await kube.post(pod_path(namespace), demo_pod("doomed", gpus=8, **where))
         uid = created["metadata"]["uid"]
         await asyncio.wait_for(entered.wait(), 30)
         assert daemon.cache.is_assumed(uid)
@@ -217,7 +217,7 @@ async def test_pod_deleted_while_being_bound_leaks_nothing(
         daemon.writer.annotate = annotate  # type: ignore[method-assign]
         release.set()
         # The node's 8 cards are free again: the next 8-card pod gets them.
-        await kube.post(pod_path(namespace), _pod("next", gpus=8, **where))
+        await kube.post(pod_path(namespace), demo_pod("next", gpus=8, **where))
         nxt = await wait_pod_scheduled(kube, namespace, "next")
         assert nxt["spec"]["nodeName"] == spec.name
         assert uid not in daemon.cache.pods
@@ -238,7 +238,7 @@ async def test_node_deleted_under_pending_pods(
     where = placement(pool)
     async with node_pool(kube, [first]), running_daemon(cluster.kubeconfig, stream) as daemon:
         names = ["a", "b", "c"]
-        await _create(kube, namespace, [_pod(n, gpus=2, **where) for n in names])
+        await _create(kube, namespace, [demo_pod(n, gpus=2, **where) for n in names])
         state = await wait_settled(kube, namespace, names)
         assert sum(bool(p["spec"].get("nodeName")) for p in state.values()) == 1
         await kube.delete(f"/api/v1/nodes/{first['metadata']['name']}")
@@ -287,10 +287,10 @@ async def test_sigterm_finishes_bindings_in_flight(
                 return await bind(pod, node)
 
             daemon.writer.bind = gated  # type: ignore[method-assign]
-            await kube.post(pod_path(namespace), _pod("inflight", gpus=1, **where))
+            await kube.post(pod_path(namespace), demo_pod("inflight", gpus=1, **where))
             await asyncio.wait_for(entered.wait(), 30)
             daemon.stop()  # stop taking pods...
-            await kube.post(pod_path(namespace), _pod("late", gpus=1, **where))
+            await kube.post(pod_path(namespace), demo_pod("late", gpus=1, **where))
             release.set()  # ...but the binding in flight completes
         pod = await kube.get(pod_path(namespace, "inflight"))
         assert pod["spec"]["nodeName"] == spec.name

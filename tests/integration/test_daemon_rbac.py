@@ -17,7 +17,7 @@ import yaml
 
 from gpusched.devcluster import LocalCluster
 from gpusched.devcluster.cluster import write_kubeconfig
-from gpusched.devcluster.demo import _pod, wait_settled
+from gpusched.devcluster.demo import demo_pod, wait_settled
 from gpusched.kube import ApiError, Kube, pod_path
 from gpusched.model import keys
 from tests.integration.daemon_support import (
@@ -68,9 +68,9 @@ async def test_daemon_works_with_the_shipped_rbac(
     pool = "rbac"
     nodes = [pool_node(s, pool) for s in pool_specs(pool, 3)]
     pods = [
-        _pod("fits", gpus=1, **placement(pool)),
-        _pod("shared", annotations={keys.GPU_MILLI: "300"}, **placement(pool)),
-        _pod("too-big", gpus=16, **placement(pool)),
+        demo_pod("fits", gpus=1, **placement(pool)),
+        demo_pod("shared", annotations={keys.GPU_MILLI: "300"}, **placement(pool)),
+        demo_pod("too-big", gpus=16, **placement(pool)),
     ]
     stream = io.StringIO()
     async with node_pool(kube, nodes), running_daemon(kubeconfig, stream):
@@ -84,9 +84,7 @@ async def test_daemon_works_with_the_shipped_rbac(
     assert not final["too-big"]["spec"].get("nodeName")
     assert await events_for(kube, namespace, "fits", "Scheduled")
     assert await events_for(kube, namespace, "too-big", "FailedScheduling")
-    cond = next(
-        c for c in final["too-big"]["status"]["conditions"] if c["type"] == "PodScheduled"
-    )
+    cond = next(c for c in final["too-big"]["status"]["conditions"] if c["type"] == "PodScheduled")
     assert cond["reason"] == "Unschedulable"
     lines = [orjson.loads(line) for line in stream.getvalue().splitlines()]
     denied = [r for r in lines if "403" in str(r) or "forbidden" in str(r).lower()]
