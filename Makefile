@@ -58,6 +58,9 @@ test: venv bins
 test-unit: venv
 	$(PY) -m pytest tests/unit
 
+test-integration: venv bins
+	$(PY) -m pytest tests/integration
+
 lint: venv
 	$(VENV)/bin/ruff check gpusched tests bench
 	$(VENV)/bin/ruff format --check gpusched tests bench
@@ -65,6 +68,7 @@ lint: venv
 
 bench: venv
 	$(PY) bench/kernels.py
+	$(PY) bench/watch_decode.py
 
 clean:
 	rm -rf $(VENV) .cluster build *.egg-info
