@@ -29,6 +29,19 @@ class GPUFragmentationArgs:
     # Among equal fragmentation scores prefer the node whose GPUs are already most used
     # (adds up to this many points times the node's used GPU share).
     pack_weight: float = 2.0
+    # Shared pods: points (times the chosen card's used share after the placement) for
+    # filling a card, so among near-equal FGD scores the tightest card cluster-wide wins.
+    card_fit_weight: float = 0.0
+    # Shared pods: points for the sum-of-squares bin-packing rule (Csirik et al.) on the
+    # cluster-wide histogram of partly used cards' free share: prefer moving a card from a
+    # common gap to a rare one (or to zero). 0 = off.
+    sos_weight: float = 0.0
+    # Points for keeping CPU next to idle GPU: the node's idle GPU that its remaining CPU
+    # could not serve at the learnt workload's CPU per GPU is penalised (0 = off).
+    cpu_balance_weight: float = 0.0
+    # Keep the simulator's quirk that CPU-only classes count all idle GPU as fragment
+    # (True) or leave CPU-only shapes out of the learnt target (False).
+    cpu_classes: bool = True
 
     def validate(self) -> list[tuple[str, str]]:
         errors: list[tuple[str, str]] = []
@@ -42,4 +55,12 @@ class GPUFragmentationArgs:
             errors.append(("maxClasses", f"must be >= 1, got {self.max_classes}"))
         if not 0 <= self.pack_weight <= 50:
             errors.append(("packWeight", f"must be in [0, 50], got {self.pack_weight}"))
+        if not 0 <= self.card_fit_weight <= 50:
+            errors.append(("cardFitWeight", f"must be in [0, 50], got {self.card_fit_weight}"))
+        if not 0 <= self.cpu_balance_weight <= 50:
+            errors.append(
+                ("cpuBalanceWeight", f"must be in [0, 50], got {self.cpu_balance_weight}")
+            )
+        if not 0 <= self.sos_weight <= 50:
+            errors.append(("sosWeight", f"must be in [0, 50], got {self.sos_weight}"))
         return errors

@@ -25,7 +25,13 @@ def shape_of(req: PodRequest) -> Shape:
 
 
 class ShapeLearner:
-    def __init__(self, half_life_pods: float, popularity: float, max_classes: int) -> None:
+    def __init__(
+        self,
+        half_life_pods: float,
+        popularity: float,
+        max_classes: int,
+        cpu_classes: bool = True,
+    ) -> None:
         # Counts are stored scaled by 1/decay**t so an observation costs O(1); they are
         # renormalised when the scale grows large.
         self._decay = 0.5 ** (1.0 / half_life_pods) if half_life_pods > 0 else 1.0
@@ -33,6 +39,7 @@ class ShapeLearner:
         self.counts: dict[Shape, float] = {}
         self.popularity = popularity
         self.max_classes = max_classes
+        self.cpu_classes = cpu_classes
         self.seen = 0
         self._recent: deque[str] = deque(maxlen=4096)
         self._recent_set: set[str] = set()
@@ -62,8 +69,12 @@ class ShapeLearner:
         out: list[TargetClass] = []
         cum = 0.0
         for (cpu, milli, cards, models), c in ranked[: self.max_classes]:
-            out.append(TargetClass(cpu, milli, cards, models, c / total))
             cum += c
+            if milli == 0 and not self.cpu_classes:
+                if cum >= self.popularity * total:
+                    break
+                continue
+            out.append(TargetClass(cpu, milli, cards, models, c / total))
             if cum >= self.popularity * total:
                 break
         return tuple(out)

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 import numpy as np
+from numpy.typing import NDArray
 
 from gpusched.framework.cycle_state import CycleState
 from gpusched.framework.interfaces import Handle, Rows, Scores
@@ -34,7 +35,10 @@ class GPUFragmentation:
         self.args = args or GPUFragmentationArgs()
         self.handle = handle
         self.learner = ShapeLearner(
-            self.args.half_life_pods, self.args.popularity, self.args.max_classes
+            self.args.half_life_pods,
+            self.args.popularity,
+            self.args.max_classes,
+            self.args.cpu_classes,
         )
         self.cache = FragCache()
         self._since_refresh = 0
@@ -67,6 +71,54 @@ class GPUFragmentation:
         blended: Scores = out * (1.0 - w / 100.0) + w * np.minimum(used, 1.0)
         return blended
 
+    def _card_terms(self, out: Scores, rows: Rows, card: NDArray[np.int16], milli: int) -> Scores:
+        """Shared pods: best fit and sum-of-squares terms on the card the pod would take."""
+        snap = self.handle.snapshot
+        ok = card >= 0
+        safe = np.where(ok, card, 0).astype(np.intp)
+        gap = snap.card_free_milli[rows, safe].astype(np.int64)
+        after = np.where(ok, gap - milli, FULL_CARD_MILLI)
+        res = out
+        if self.args.card_fit_weight > 0:
+            w = self.args.card_fit_weight
+            res = res * (1.0 - w / 100.0) + w * (1.0 - after / FULL_CARD_MILLI)
+        if self.args.sos_weight > 0:
+            present = snap.node_valid[:, None] & snap.card_healthy
+            free = snap.card_free_milli[present].astype(np.int64)
+            hist = np.bincount(np.clip(free, 0, FULL_CARD_MILLI), minlength=FULL_CARD_MILLI + 1)
+            hist[0] = 0
+            hist[FULL_CARD_MILLI] = 0
+            # Change of sum_g N(g)^2 when the card's gap goes from gap to after.
+            d = np.where((after > 0) & (after < FULL_CARD_MILLI), 2 * hist[after] + 1, 0)
+            d = d + np.where((gap > 0) & (gap < FULL_CARD_MILLI), 1 - 2 * hist[gap], 0)
+            d = d.astype(np.float64)
+            seen = d[ok] if ok.any() else np.zeros(1)
+            lo, hi = float(seen.min()), float(seen.max())
+            norm = (hi - d) / (hi - lo) if hi > lo else np.ones_like(d)
+            w = self.args.sos_weight
+            res = res * (1.0 - w / 100.0) + w * np.where(ok, norm, 0.0)
+        result: Scores = res
+        return result
+
+    def _cpu_balance(self, out: Scores, pod: PodInfo, rows: Rows) -> Scores:
+        """Penalise idle GPU left without the CPU the learnt workload needs to use it."""
+        cache = self.cache
+        gpu = cache.cls_milli * np.maximum(cache.cls_num, 1)
+        demand = float((cache.cls_p * gpu).sum())
+        if demand <= 0:
+            return out
+        cpu_per_milli = float((cache.cls_p * np.where(gpu > 0, cache.cls_cpu, 0)).sum()) / demand
+        snap = self.handle.snapshot
+        cap = snap.node_card_count[rows].astype(np.float64) * FULL_CARD_MILLI
+        free = snap.card_free_milli[rows].sum(axis=1).astype(np.float64)
+        g2 = free - pod.request.gpu_milli_total
+        c2 = (snap.node_cpu_free[rows] - pod.request.cpu_milli).astype(np.float64)
+        stranded = np.maximum(0.0, g2 - np.maximum(c2, 0.0) / max(cpu_per_milli, 1e-9))
+        frac = np.divide(stranded, cap, out=np.zeros_like(cap), where=cap > 0)
+        w = self.args.cpu_balance_weight
+        res: Scores = out * (1.0 - w / 100.0) + w * (1.0 - np.minimum(frac, 1.0))
+        return res
+
     def score(self, state: CycleState, pod: PodInfo, rows: Rows) -> Scores:
         self._learn(pod)
         if not self.cache.classes:
@@ -95,4 +147,8 @@ class GPUFragmentation:
             out = 100.0 / (1.0 + np.exp(-np.clip(value, -5e5, 5e5) / 1000.0))
         if self.args.pack_weight > 0:
             out = self._pack(out, pod, rows)
+        if self.args.cpu_balance_weight > 0:
+            out = self._cpu_balance(out, pod, rows)
+        if req.gpu_cards == 0 and req.gpu_milli > 0:
+            out = self._card_terms(out, rows, card, req.gpu_milli)
         return np.clip(out, 0.0, 100.0)
