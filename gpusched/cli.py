@@ -34,6 +34,7 @@ def _cmd_simulate_fgd(args: argparse.Namespace) -> int:
     """The FGD paper's protocol on an openb trace (gpusched/sim/fgd_protocol.py)."""
     from pathlib import Path
 
+    from gpusched.config import load_config
     from gpusched.plugins import default_registry
     from gpusched.sim import fgd_report
     from gpusched.sim.fgd_protocol import (
@@ -52,8 +53,18 @@ def _cmd_simulate_fgd(args: argparse.Namespace) -> int:
         return 2
     trace = load_trace(args.trace_dir, args.pods)
     seeds = parse_seeds(args.seeds or "42-51")
-    policies = parse_policies(args.policies) if args.policies else list(POLICIES)
     registry = default_registry()
+    # Profiles of a configuration file are measured as policies named by schedulerName.
+    own = (
+        {p.scheduler_name: p for p in load_config(args.config, registry).profiles}
+        if (args.config)
+        else {}
+    )
+    if args.policies:
+        names = [n.strip() for n in args.policies.split(",") if n.strip()]
+        policies = [n if n in own else parse_policies(n)[0] for n in names]
+    else:
+        policies = [*POLICIES, *own]
     ref_dir = args.reference_dir or Path(args.trace_dir).resolve().parent.parent / "reference"
     published = fgd_report.load_published(ref_dir, trace.name)
     console.print(
@@ -74,6 +85,7 @@ def _cmd_simulate_fgd(args: argparse.Namespace) -> int:
                 workload=workloads[s],
                 keep_placements=args.placements_out is not None,
                 tie_break=args.tie_break,
+                profile=own.get(name),
             )
             errors += run.errors
             if args.placements_out is not None:
@@ -235,6 +247,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     fgd.add_argument(
         "--reference-dir", help="published results (default: <trace-dir>/../../reference)"
+    )
+    fgd.add_argument(
+        "--config",
+        help="a scheduler configuration: each of its profiles is measured as a policy named"
+        " by its schedulerName (list them in --policies)",
     )
     fgd.add_argument("--json-out", help="write the summary as JSON")
     fgd.add_argument("--curves-out", help="write the allocation curves (CSV)")

@@ -204,11 +204,13 @@ def run_seed(
     ratio: float = 1.3,
     tie_break: str = "first",
     progress: Callable[[int, int], None] | None = None,
+    profile: Profile | None = None,
 ) -> SeedRun:
-    """One policy on one seed's arrival sequence."""
+    """One policy on one seed's arrival sequence. `profile`, when given, is a user's
+    profile (from a configuration file) measured under the name `policy`."""
     wl = workload or build_workload(trace.pods, trace.nodes, seed, ratio)
     gpu_nodes = [n for n in trace.nodes if n.gpu > 0]
-    profile = policy_profile(policy, trace, seed, registry)
+    profile = profile or policy_profile(policy, trace, seed, registry)
     sim = Simulation(cluster_nodes(gpu_nodes), profile, registry, seed=seed)
     if tie_break == "first":
         sim.fw.tie_break = first_in_order(sim, wl)
