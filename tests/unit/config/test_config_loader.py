@@ -76,7 +76,7 @@ def test_minimal_document_is_the_default_profile(registry: Registry) -> None:
     assert dict(p.plugins) == dict(DEFAULT_PLUGINS)
     assert p.enabled(Point.SCORE) == (
         PluginRef("GPUFragmentation", 0.40),
-        PluginRef("Thermal", 0.35),
+        PluginRef("Thermal", 0.05),
         PluginRef("NetworkLocality", 0.25),
     )
     # Every plugin with an Args type gets its defaults filled in at load time.
