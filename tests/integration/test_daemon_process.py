@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from gpusched.devcluster import LocalCluster
-from gpusched.devcluster.demo import _pod, card_usage, cards_of, mixed_workload, read_decisions
+from gpusched.devcluster.demo import card_usage, cards_of, demo_pod, mixed_workload, read_decisions
 from gpusched.kube import Kube, pod_path
 from tests.integration.daemon_support import (
     node_pool,
@@ -125,10 +125,10 @@ async def test_pod_is_not_bound_twice_after_restart_even_if_annotated(
     pool = _pool()
     spec = pool_specs(pool, 1)[0]
     where = placement(pool)
-    stale = _pod("stale", gpus=2, annotations={"gpusched.io/gpu-ids": "6,7"}, **where)
+    stale = demo_pod("stale", gpus=2, annotations={"gpusched.io/gpu-ids": "6,7"}, **where)
     async with node_pool(kube, [pool_node(spec, pool)]):
         await kube.post(pod_path(namespace), stale)
-        await kube.post(pod_path(namespace), _pod("fresh", gpus=6, **where))
+        await kube.post(pod_path(namespace), demo_pod("fresh", gpus=6, **where))
         import io
 
         from tests.integration.daemon_support import running_daemon
