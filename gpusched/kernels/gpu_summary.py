@@ -30,7 +30,8 @@ leftover -1, so the outputs never carry stale values from a previous pod):
 * ``best_leftover``: shared: leftover milli of the best-fit card; whole: ``intact - k``;
   -1 where the row does not fit.
 * ``best_is_partial``: shared: the best-fit card is already partly used. False otherwise.
-* ``free_milli_total``: sum of ``free_milli`` over usable cards.
+* ``free_milli_total``: sum of ``free_milli`` over usable cards; an over-allocated card
+  (negative ``free_milli``: the cache keeps pods the API bound beyond a card) counts 0.
 
 A GPU request has ``req_cards >= 1`` or ``req_milli >= 1``; pods without GPUs skip the GPU
 plugins rather than calling this kernel. Nodes have at most 63 card slots (a bitmask).
@@ -292,7 +293,7 @@ def _whole_cards(
         ok = flags[j]
         fm = free_milli[j]
         flags[j] = ok | ((ok & np.uint8(fm == INTACT_MILLI)) << np.uint8(1))
-        milli[j] = np.int16(fm) if ok else np.int16(0)
+        milli[j] = np.int16(fm if fm > 0 else 0) if ok else np.int16(0)
 
 
 @njit_kernel
@@ -308,7 +309,7 @@ def _whole_cards_mem(
         fm = free_milli[j]
         elig = ok & np.uint8((fm == INTACT_MILLI) & (np.int64(free_mem[j]) >= r_mem))
         flags[j] = ok | (elig << np.uint8(1))
-        milli[j] = np.int16(fm) if ok else np.int16(0)
+        milli[j] = np.int16(fm if fm > 0 else 0) if ok else np.int16(0)
 
 
 @njit_kernel
@@ -343,7 +344,7 @@ def _shared_cards(
         fmem = np.int64(free_mem[j])
         tm = np.int64(total_mem[j])
         flags[j] = ok | ((ok & np.uint8(fm == INTACT_MILLI)) << np.uint8(1))
-        milli[j] = np.int16(fm) if ok else np.int16(0)
+        milli[j] = np.int16(fm if fm > 0 else 0) if ok else np.int16(0)
         # need_mem = floor(r_milli * tm / 1000) <= fmem, written without the division.
         mem_ok = r_milli * tm <= fmem * INTACT_MILLI + (INTACT_MILLI - 1)
         fits = (ok != 0) & (tm > 0) & (fm >= r_milli) & mem_ok
@@ -377,7 +378,7 @@ def _shared_cards_mem(
         fmem = np.int64(free_mem[j])
         tm = np.int64(total_mem[j])
         flags[j] = ok | ((ok & np.uint8(fm == INTACT_MILLI)) << np.uint8(1))
-        milli[j] = np.int16(fm) if ok else np.int16(0)
+        milli[j] = np.int16(fm if fm > 0 else 0) if ok else np.int16(0)
         tm1 = max(tm, np.int64(1))
         q = np.int64(min(np.float32(INTACT_MILLI + 2), np.ceil(a_f / np.float32(tm1))))
         q -= np.int64((q - 1) * tm1 >= a)
@@ -665,5 +666,5 @@ def gpu_summary_np(
     out_usable[:] = usable.sum(axis=1)
     out_best_leftover[:] = leftover
     out_best_is_partial[:] = partial
-    out_free_milli_total[:] = np.where(usable, free_milli, 0).sum(axis=1)
+    out_free_milli_total[:] = np.where(usable, np.maximum(free_milli, 0), 0).sum(axis=1)
     return int(fit.sum())

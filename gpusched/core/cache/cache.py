@@ -40,6 +40,9 @@ class PodEntry:
     assumed: bool = False
     deadline: float = 0.0  # assumed pods expire if the watch never confirms them
     inferred: bool = False
+    # The node the pod is filed under in `_by_node`: kept apart from `alloc`, which is None
+    # while the node is unknown, and from `pod.node_name`, which an assumed pod lacks.
+    node: str = ""
 
 
 @dataclass(slots=True)
@@ -86,7 +89,7 @@ class ClusterCache:
     def assume(self, pod: PodInfo, alloc: Allocation, deadline: float = float("inf")) -> None:
         if pod.uid in self.pods:
             raise ValueError(f"pod {pod.key} is already in the cache")
-        entry = PodEntry(pod, None, assumed=True, deadline=deadline)
+        entry = PodEntry(pod, None, assumed=True, deadline=deadline, node=alloc.node)
         self.pods[pod.uid] = entry
         self._by_node.setdefault(alloc.node, set()).add(pod.uid)
         self._take(entry, alloc)
@@ -126,7 +129,7 @@ class ClusterCache:
                 entry.assumed = False
                 return
             self._drop(pod.uid)
-        entry = PodEntry(pod, None)
+        entry = PodEntry(pod, None, node=pod.node_name)
         self.pods[pod.uid] = entry
         self._by_node.setdefault(pod.node_name, set()).add(pod.uid)
         row = self.snapshot.row_of(pod.node_name)
@@ -189,7 +192,7 @@ class ClusterCache:
 
     def _drop(self, uid: str) -> None:
         entry = self.pods.pop(uid)
-        node = entry.alloc.node if entry.alloc else entry.pod.node_name
+        node = entry.node
         members = self._by_node.get(node)
         if members is not None:
             members.discard(uid)
@@ -235,9 +238,12 @@ class ClusterCache:
                 need = max(1, req.gpu_milli)
                 fitting = [c for c in range(n_cards) if free[c] >= need]
                 pool = fitting or list(range(n_cards))
-                ids = [
-                    min(pool, key=lambda c: (int(free[c]) - need if c in fitting else 10**6, c))
-                ][:1]
+                # No card on the node (unknown to the cache): the pod holds none here.
+                ids = (
+                    [min(pool, key=lambda c: (int(free[c]) - need if c in fitting else 10**6, c))]
+                    if pool
+                    else []
+                )
         milli: list[int] = []
         mem: list[int] = []
         for c in ids:

@@ -60,7 +60,7 @@ class Snapshot:
         self.spines = Interner()
         self.labelsets = Interner()  # values: frozenset of label items
         self.taintsets = Interner()  # values: tuple[Taint, ...]
-        self._allowed_cache: dict[tuple[str, ...], NDArray[np.bool_]] = {}
+        self._allowed_cache: dict[tuple[str, ...], tuple[int, NDArray[np.bool_]]] = {}
         # Bumped whenever node labels/taints change shape, so plugins can drop their caches.
         self.generation = 0
         # Every change to a row's resources stamps it with a new version, so a plugin that
@@ -195,11 +195,20 @@ class Snapshot:
         return row
 
     def _set_cards(self, row: int, node: NodeModel) -> None:
-        """Rewrite a row's card columns, keeping each surviving card's used share."""
+        """Rewrite a row's card columns, keeping each slot's used share.
+
+        A slot without a card keeps what pods still hold on it as a negative free share
+        (free = -used), so a card that disappears while pods hold it and comes back later,
+        or the pods leaving in between, never leaves more than a whole card free.
+        """
         C = self.max_cards
         had = self.card_model[row] != NO_CARD
-        used_milli = np.where(had, FULL_CARD_MILLI - self.card_free_milli[row], 0)
-        used_mem = np.where(had, self.card_total_mem[row] - self.card_free_mem[row], 0)
+        used_milli = np.where(
+            had, FULL_CARD_MILLI - self.card_free_milli[row], -self.card_free_milli[row]
+        )
+        used_mem = np.where(
+            had, self.card_total_mem[row] - self.card_free_mem[row], -self.card_free_mem[row]
+        )
         model = np.full(C, NO_CARD, np.int16)
         total = np.zeros(C, np.int32)
         healthy = np.zeros(C, np.bool_)
@@ -209,13 +218,13 @@ class Snapshot:
             total[c.index] = c.memory_mib
             healthy[c.index] = c.healthy
             island[c.index] = c.nvlink_island
-        has = np.arange(C) < len(node.cards)
+        has = model != NO_CARD
         self.card_model[row] = model
         self.card_total_mem[row] = total
         self.card_healthy[row] = healthy
         self.card_island[row] = island
-        self.card_free_milli[row] = np.where(has, FULL_CARD_MILLI - used_milli, 0)
-        self.card_free_mem[row] = np.where(has, total - used_mem, 0)
+        self.card_free_milli[row] = np.where(has, FULL_CARD_MILLI - used_milli, -used_milli)
+        self.card_free_mem[row] = np.where(has, total - used_mem, -used_mem)
         self.node_card_count[row] = len(node.cards)
 
     def remove_node(self, name: str) -> NodeModel | None:
@@ -281,10 +290,13 @@ class Snapshot:
 
         Cached per constraint; a new model appearing invalidates the cache by length.
         """
-        got = self._allowed_cache.get(models)
-        if got is not None and len(got) == max(1, len(self.models)):
-            return got
-        size = max(1, len(self.models))
+        n_models = len(self.models)
+        cached = self._allowed_cache.get(models)
+        # Keyed by the model count, not the array length: the first model to appear keeps
+        # the length at 1 but may be the one the pod asked for.
+        if cached is not None and cached[0] == n_models:
+            return cached[1]
+        size = max(1, n_models)
         if not models:
             arr = np.ones(size, np.bool_)
         else:
@@ -293,7 +305,7 @@ class Snapshot:
                 i = self.models.find(m)
                 if i >= 0:
                     arr[i] = True
-        self._allowed_cache[models] = arr
+        self._allowed_cache[models] = (n_models, arr)
         return arr
 
     def labels_of(self, labelset: int) -> Mapping[str, str]:
@@ -314,7 +326,8 @@ class Snapshot:
 
     def gpu_milli_free(self) -> int:
         rows = self.valid_rows()
-        return int(self.card_free_milli[rows].sum())
+        free = self.card_free_milli[rows]
+        return int(np.where(self.card_model[rows] != NO_CARD, free, 0).sum())
 
     def names_of(self, rows: Iterable[int]) -> list[str]:
         return [self.names[r] for r in rows]

@@ -321,7 +321,8 @@ class Framework:
                     (f"{p.name} returned {len(norm)} scores for {len(rows)} nodes",),
                     p.name,
                 )
-            if len(norm) and (norm.min() < MIN_NODE_SCORE or norm.max() > MAX_NODE_SCORE):
+            # Written so that NaN fails too: it passes `<`/`>` checks and then no row is best.
+            if len(norm) and not (norm.min() >= MIN_NODE_SCORE and norm.max() <= MAX_NODE_SCORE):
                 return None, Status(
                     Code.ERROR,
                     (

@@ -39,13 +39,11 @@ class Thermal:
             f"node(s) at or above the thermal red line ({self.args.red_line_celsius:g} °C)"
         )
 
-    def _projected(self, pod: PodInfo, rows: Rows | slice) -> NDArray[np.float32]:
-        """Temperature each node would reach with the pod (NaN stays NaN)."""
+    def _gpus(self, pod: PodInfo, rows: Rows | slice) -> NDArray[np.float32]:
+        """Cards' worth of GPU the pod takes on each node."""
         snap = self.handle.snapshot
-        temp = snap.node_temp[rows]
-        cards = snap.node_card_count[rows].astype(np.float32)
         req = pod.request
-        gpus = np.full(len(cards), req.gpu_milli_total / 1000.0, np.float32)
+        gpus = np.full(len(snap.node_card_count[rows]), req.gpu_milli_total / 1000.0, np.float32)
         if req.gpu_cards == 0 and req.gpu_mem_mib:
             # A memory request takes the matching share of compute on that node's cards.
             card_mem = snap.card_total_mem[rows, 0].astype(np.float32)
@@ -56,16 +54,34 @@ class Thermal:
                 where=card_mem > 0,
             )
             gpus = np.maximum(gpus, by_mem)
+        return gpus
+
+    def _projected(
+        self, pod: PodInfo, rows: Rows | slice, gpus: NDArray[np.float32] | None = None
+    ) -> NDArray[np.float32]:
+        """Temperature each node would reach with the pod (NaN stays NaN)."""
+        snap = self.handle.snapshot
+        temp = snap.node_temp[rows]
+        cards = snap.node_card_count[rows].astype(np.float32)
+        if gpus is None:
+            gpus = self._gpus(pod, rows)
         share = np.divide(gpus, cards, out=np.zeros_like(cards), where=cards > 0)
         rise = np.float32(self.args.full_load_rise_celsius) * np.minimum(share, np.float32(1.0))
         return (temp + rise).astype(np.float32)
 
     def filter(self, state: CycleState, pod: PodInfo, candidates: Mask) -> FilterResult:
-        if pod.request.gpu_milli_total < max(1, self.args.heavy_min_gpu_milli):
+        req = pod.request
+        heavy_min = max(1, self.args.heavy_min_gpu_milli)
+        if req.gpu_milli_total < heavy_min and not (req.gpu_cards == 0 and req.gpu_mem_mib):
             return FilterResult(candidates)
-        projected = self._projected(pod, slice(0, len(candidates)))
+        rows = slice(0, len(candidates))
+        gpus = self._gpus(pod, rows)
+        projected = self._projected(pod, rows, gpus)
         ok = np.empty(len(candidates), np.bool_)
         thermal_filter(candidates, projected, self.args.red_line_celsius, ok)
+        if req.gpu_milli_total < heavy_min:
+            # Heavy only through its GPU memory: as heavy as the card share it implies there.
+            ok |= candidates & (gpus * np.float32(1000.0) < np.float32(heavy_min))
         return FilterResult(ok, (self.reason,))
 
     def score(self, state: CycleState, pod: PodInfo, rows: Rows) -> Scores:

@@ -117,3 +117,17 @@ def test_disallowed_and_unhealthy_cards_do_not_count() -> None:
     assert not s.fit[0] and s.intact[0] == 2 and s.usable[0] == 2
     _, s = summarise(gpu_summary_nb, cl, Request(1, 0, 0, np.zeros(1, dtype=np.bool_), 0))
     assert not s.fit[0] and s.usable[0] == 0
+
+
+def test_over_allocated_card_counts_no_free_share() -> None:
+    # The cache keeps pods the API bound beyond a card's share, so free_milli can go
+    # negative; the 8-slot SWAR sum must neither borrow across lanes nor differ from the twin.
+    for c in (8, 4):
+        cl = node([-200] + [1000] * (c - 1))
+        allowed = np.ones(1, dtype=np.bool_)
+        for req in (Request(1, 0, 0, allowed, 0), Request(0, 300, 0, allowed, 0)):
+            _, nb = summarise(gpu_summary_nb, cl, req)
+            _, ref = summarise(gpu_summary_np, cl, req)
+            assert nb.free_milli_total[0] == ref.free_milli_total[0] == (c - 1) * 1000
+            for got, want in zip(nb.outs(), ref.outs(), strict=True):
+                np.testing.assert_array_equal(got, want)
