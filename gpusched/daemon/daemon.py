@@ -266,7 +266,11 @@ class Daemon:
             return
         if self.cache.get(uid) is not None:
             # Assumed: its binding is in flight (this is e.g. our own PreBind patch) or
-            # done and the watch has not shown the binding yet.
+            # done and the watch has not shown the binding yet. The queue still learns the
+            # new version if the pod is in flight: a failed binding requeues the latest
+            # pod, as kube-scheduler's handleSchedulingFailure does.
+            if uid in self.queue.inflight:
+                self.queue.add(pod)
             return
         self.queue.add(pod)
 
@@ -277,15 +281,32 @@ class Daemon:
             info = await self.queue.pop()
             if info is None:
                 return
-            try:
-                self._schedule_one(info)
-            except Exception as exc:  # a bug must cost one attempt, not the daemon
-                self.log.exception("scheduling attempt raised", pod=info.pod.key)
-                self.queue.requeue(info, unschedulable=False)
-                self._report_failure(info.pod, f"scheduler error: {exc!r}", "SchedulerError")
+            self._attempt(info)
             self.metrics.pending.labels("active").set(len(self.queue.active))
             # Let the watches in between attempts, so the cache stays current in a burst.
             await asyncio.sleep(0)
+
+    def _attempt(self, info: QueuedPodInfo) -> None:
+        uid = info.pod.uid
+        assumed_before = self.cache.get(uid) is not None
+        binding_tasks = len(self.bindings)
+        try:
+            self._schedule_one(info)
+        except Exception as exc:  # a bug must cost one attempt, not the daemon
+            self.log.exception("scheduling attempt raised", pod=info.pod.key)
+            if (
+                not assumed_before
+                and len(self.bindings) == binding_tasks
+                and self.cache.is_assumed(uid)
+            ):
+                # It raised after assuming the pod (e.g. in Permit) and no binding cycle
+                # owns the placement: drop it, or the capacity leaks (no TTL runs before
+                # binding) and every later attempt sees an assumed pod and skips it.
+                self.cache.forget(uid)
+                for fw in self.frameworks.values():
+                    fw.waiting.remove(uid)
+            self.queue.requeue(info, unschedulable=False)
+            self._report_failure(info.pod, f"scheduler error: {exc!r}", "SchedulerError")
 
     def _schedule_one(self, info: QueuedPodInfo) -> None:
         pod = info.pod

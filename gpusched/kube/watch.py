@@ -37,6 +37,9 @@ log = logging.getLogger(__name__)
 
 LIST_PAGE = 500
 WATCH_TIMEOUT_SECONDS = 300
+# A watch the server ends this soon without a single event is a failure (client-go's
+# "very short watch"): re-watching at once would hammer the API server in a loop.
+MIN_WATCH_SECONDS = 1.0
 
 
 class EventType(enum.Enum):
@@ -47,6 +50,10 @@ class EventType(enum.Enum):
 
 class GoneError(Exception):
     """The watched resourceVersion is too old (HTTP 410 or an ERROR event with code 410)."""
+
+
+class ShortWatchError(Exception):
+    """The server ended a watch at once without sending anything."""
 
 
 Handler = Callable[[EventType, T], None]
@@ -120,9 +127,11 @@ class Reflector(Generic[T]):
                 if need_list:
                     await self._list()
                     need_list = False
-                await self._watch()
+                started = time.monotonic()
+                handled = await self._watch()
                 # A clean end (the server's timeoutSeconds): watch on from where we are.
-                self.backoff.reset()
+                if handled == 0 and time.monotonic() - started < MIN_WATCH_SECONDS:
+                    raise ShortWatchError(f"{self.name}: the watch ended at once, empty")
             except GoneError:
                 self.stats.gone += 1
                 log.info(
@@ -131,7 +140,14 @@ class Reflector(Generic[T]):
                 need_list = True
             except asyncio.CancelledError:
                 raise
-            except (ApiError, aiohttp.ClientError, TimeoutError, OSError, ValueError) as exc:
+            except (
+                ApiError,
+                ShortWatchError,
+                aiohttp.ClientError,
+                TimeoutError,
+                OSError,
+                ValueError,
+            ) as exc:
                 self.stats.errors += 1
                 delay = self.backoff.next_delay()
                 log.warning("%s: watch failed (%s); reconnecting in %.1fs", self.name, exc, delay)
@@ -198,10 +214,18 @@ class Reflector(Generic[T]):
 
     # -- watch ------------------------------------------------------------------------------
 
-    async def _watch(self) -> None:
+    async def _watch(self) -> int:
+        """Watch until the server ends the stream; returns how many lines were handled."""
         self.stats.watches += 1
+        handled = 0
         async for line in self._stream():
             self._line(line)
+            if handled == 0:
+                # Healthy again only once the server sends something we can use: a watch
+                # that fails right after its 200 must keep growing the backoff.
+                self.backoff.reset()
+            handled += 1
+        return handled
 
     async def _stream(self) -> AsyncIterator[bytes]:
         params: list[tuple[str, str | int]] = [
@@ -223,7 +247,6 @@ class Reflector(Generic[T]):
                 raise GoneError(await response.text())
             if response.status != 200:
                 raise ApiError("WATCH", self.path, response.status, await response.text())
-            self.backoff.reset()
             buffer = b""
             # Objects can exceed aiohttp's readline limit, so split lines ourselves.
             async for chunk in response.content.iter_any():
@@ -239,8 +262,14 @@ class Reflector(Generic[T]):
 
     def _line(self, line: bytes) -> None:
         event = orjson.loads(line)
+        # A line of the wrong shape is a broken stream (ValueError: reconnect with backoff,
+        # as for undecodable JSON), never an AttributeError that would end the reflector.
+        if not isinstance(event, dict):
+            raise ValueError(f"WATCH {self.path}: an event that is not a JSON object")
         kind = event.get("type")
         obj = event.get("object") or {}
+        if not isinstance(obj, dict) or not isinstance(obj.get("metadata") or {}, dict):
+            raise ValueError(f"WATCH {self.path}: a {kind} event without an object")
         if kind == "ERROR":
             code = obj.get("code")
             if code == 410:

@@ -20,6 +20,9 @@ class QueuedPodInfo:
     # The queue's move counter when the pod was popped: a move since then means the
     # cluster changed during the attempt, so an unschedulable result may be stale.
     popped_move_seq: int = 0
+    # The watch delivered a different version of the pod while it was in flight: the
+    # attempt judged the old one, so an unschedulable result may be stale.
+    updated_in_flight: bool = False
     backoff_until: float = 0.0
     where: str = field(default="")  # "active" | "backoff" | "unschedulable" | "inflight"
 

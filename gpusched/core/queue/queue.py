@@ -93,7 +93,11 @@ class SchedulingQueue:
         uid = pod.uid
         now = self.clock()
         if (info := self.inflight.get(uid)) is not None:
-            info.pod = pod  # the attempt finishes with the old one; a requeue takes this
+            # The attempt finishes with the old one; a requeue takes this, and does not park
+            # it as unschedulable (kube's in-flight events include the pod's own update).
+            if info.pod != pod:
+                info.updated_in_flight = True
+            info.pod = pod
             return
         if (info := self.active.get(uid)) is not None:
             info.pod = pod
@@ -143,6 +147,7 @@ class SchedulingQueue:
         info.attempts += 1
         info.where = INFLIGHT
         info.popped_move_seq = self._move_seq
+        info.updated_in_flight = False
         self.inflight[info.uid] = info
         return info
 
@@ -175,7 +180,9 @@ class SchedulingQueue:
         info.backoff_until = now + backoff_duration(
             info.attempts, self.initial_backoff, self.max_backoff
         )
-        if unschedulable and info.popped_move_seq == self._move_seq:
+        stale = info.popped_move_seq != self._move_seq or info.updated_in_flight
+        info.updated_in_flight = False
+        if unschedulable and not stale:
             info.where = UNSCHEDULABLE
             self.unschedulable.add(info)
             return UNSCHEDULABLE

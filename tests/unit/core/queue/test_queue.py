@@ -222,3 +222,35 @@ def test_pending_counts(queue: SchedulingQueue) -> None:
     info = queue.pop_nowait()
     assert info is not None
     assert queue.pending() == {ACTIVE: 1, BACKOFF: 0, UNSCHEDULABLE: 0, INFLIGHT: 1}
+
+
+def test_pod_updated_during_the_attempt_is_not_parked(queue: SchedulingQueue) -> None:
+    """kube's inFlightEvents include the pod's own update: an 'unschedulable' verdict
+    reached on the old version must not park the new one (a fixed annotation would wait
+    for the 5-minute flush, since no cluster event helps a PodSpec rejection)."""
+    p = pod("bad")
+    queue.add(p)
+    info = queue.pop_nowait()
+    assert info is not None
+    fixed = dataclasses.replace(p, annotations={"gpusched.io/gpu-milli": "500"})
+    queue.add(fixed)  # the watch delivers the fix while the attempt runs
+    assert queue.requeue(info, unschedulable=True, rejected_by=[POD_SPEC]) == BACKOFF
+    assert info.pod == fixed
+
+
+def test_unchanged_pod_during_the_attempt_is_still_parked(
+    queue: SchedulingQueue, clock: Clock
+) -> None:
+    p = pod("bad")
+    queue.add(p)
+    info = queue.pop_nowait()
+    assert info is not None
+    queue.add(p)  # a status-only update: same PodInfo
+    assert queue.requeue(info, unschedulable=True, rejected_by=[POD_SPEC]) == UNSCHEDULABLE
+    # and the next attempt starts clean
+    queue.add(dataclasses.replace(p, annotations={"x": "1"}))
+    clock.t += 10
+    queue.flush()
+    again = queue.pop_nowait()
+    assert again is info
+    assert queue.requeue(again, unschedulable=True, rejected_by=[POD_SPEC]) == UNSCHEDULABLE
