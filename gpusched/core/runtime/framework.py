@@ -6,6 +6,7 @@ stops start-up instead of failing pods one by one.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -56,6 +57,8 @@ _PROTOCOLS: dict[Point, type] = {
 }
 
 INVALID_POD = "PodSpec"
+
+_log = logging.getLogger(__name__)
 
 
 @dataclass(slots=True)
@@ -349,7 +352,10 @@ class Framework:
     def run_reserve(self, state: CycleState, pod: PodInfo, node: str) -> Status:
         for i, p in enumerate(self.reserve):
             t0 = time.perf_counter_ns()
-            st = p.reserve(state, pod, node)
+            try:
+                st = p.reserve(state, pod, node)
+            except Exception as exc:  # a plugin bug costs the attempt, not the placement state
+                st = Status(Code.ERROR, (f"{p.name} Reserve raised {exc!r}",), p.name, exc)
             self.timings.add("Reserve", p.name, time.perf_counter_ns() - t0)
             if not st.is_success():
                 self._unreserve(self.reserve[: i + 1], state, pod, node)
@@ -364,14 +370,21 @@ class Framework:
         plugins: Sequence[ReservePlugin], state: CycleState, pod: PodInfo, node: str
     ) -> None:
         # Reverse order, as kube-scheduler does, so later reservations are undone first.
+        # Every plugin gets its Unreserve even if an earlier one raises.
         for p in reversed(plugins):
-            p.unreserve(state, pod, node)
+            try:
+                p.unreserve(state, pod, node)
+            except Exception:
+                _log.exception("Unreserve of %s raised for pod %s", p.name, pod.key)
 
     def run_permit(self, state: CycleState, pod: PodInfo, node: str) -> Status:
         timeouts: dict[str, float] = {}
         for p in self.permit:
             t0 = time.perf_counter_ns()
-            st, timeout = p.permit(state, pod, node)
+            try:
+                st, timeout = p.permit(state, pod, node)
+            except Exception as exc:
+                return Status(Code.ERROR, (f"{p.name} Permit raised {exc!r}",), p.name, exc)
             self.timings.add("Permit", p.name, time.perf_counter_ns() - t0)
             if st.is_wait():
                 timeouts[p.name] = timeout
@@ -413,5 +426,9 @@ class Framework:
         return Status(Code.ERROR, ("no Bind plugin bound the pod",))
 
     async def run_post_bind(self, state: CycleState, pod: PodInfo, node: str) -> None:
+        # The pod is bound: a failing PostBind (informational) must not undo the placement.
         for p in self.post_bind:
-            await p.post_bind(state, pod, node)
+            try:
+                await p.post_bind(state, pod, node)
+            except Exception:
+                _log.exception("PostBind of %s raised for pod %s", p.name, pod.key)
