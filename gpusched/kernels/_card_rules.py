@@ -40,11 +40,12 @@ def shared_need_milli(req_milli: Int, req_mem: Int, total_mem: Int) -> Int:
     """need_milli of a shared pod on a card with ``total_mem`` MiB (int64 arguments).
 
     A share of memory implies the same share of compute: the larger of the asked milli and
-    ``ceil(req_mem * 1000 / total_mem)``. Cards without memory (total <= 0) never fit a
-    shared pod; they get a need above any card's share.
+    ``ceil(req_mem * 1000 / total_mem)``. A card whose memory is unknown (total <= 0: a node
+    without the GFD memory label) takes a pod that asks only for a share of compute, never
+    one that asks for memory (its need is then above any card's share).
     """
     if total_mem <= 0:
-        return INTACT_MILLI + 1
+        return INTACT_MILLI + 1 if req_mem > 0 else req_milli
     return max(req_milli, (req_mem * INTACT_MILLI + total_mem - 1) // total_mem)
 
 
@@ -70,9 +71,10 @@ def usable_cards_np(
 def shared_need_np(
     req_milli: int, req_mem: int, card_total_mem: npt.NDArray[np.int32]
 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.bool_]]:
-    """Array twin of :func:`shared_need`; also returns where the card has memory at all."""
+    """Array twin of :func:`shared_need`; also returns where the card can serve the request
+    at all (its memory is known, or the pod asks for no memory)."""
     total = card_total_mem.astype(np.int64)
-    has_mem = total > 0
+    has_mem = (total > 0) | (req_mem == 0)
     safe_total = np.where(has_mem, total, 1)
     need_milli = np.full(total.shape, req_milli, dtype=np.int64)
     if req_mem > 0:

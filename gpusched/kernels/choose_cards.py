@@ -114,8 +114,8 @@ def choose_cards_nb(
         if not card_usable(np.int64(card_model[row, c]), card_healthy[row, c], allowed_models):
             continue
         tm = np.int64(card_total_mem[row, c])
-        if tm <= 0:
-            continue
+        if tm <= 0 and r_mem > 0:
+            continue  # unknown memory serves compute shares only
         fm = np.int64(card_free_milli[row, c])
         need_milli = shared_need_milli(r_milli, r_mem, tm)
         need_mem = shared_need_mem(r_milli, r_mem, tm)

@@ -16,8 +16,9 @@ Card rules (decided with the lead; ``choose_cards`` applies the same ones per ca
   ``need_milli = max(req_milli, ceil(req_mem * 1000 / total_mem[c]))`` and
   ``need_mem = max(req_mem, floor(req_milli * total_mem[c] / 1000))``: a share of compute
   implies the same share of memory and vice versa. The card fits when usable,
-  ``total_mem > 0``, ``free_milli >= need_milli`` and ``free_mem >= need_mem``. The best-fit
-  card is the fitting card with the smallest ``free_milli - need_milli``, ties -> lowest index.
+  ``free_milli >= need_milli`` and ``free_mem >= need_mem``, and, for a pod that asks for
+  memory, ``total_mem > 0`` (a card whose memory is unknown serves compute shares only).
+  The best-fit card is the fitting card with the smallest ``free_milli - need_milli``, ties -> lowest index.
 
 Outputs per row (rows that are not ``node_valid & candidates`` get fit False, zero counts and
 leftover -1, so the outputs never carry stale values from a previous pod):
@@ -347,7 +348,8 @@ def _shared_cards(
         milli[j] = np.int16(fm if fm > 0 else 0) if ok else np.int16(0)
         # need_mem = floor(r_milli * tm / 1000) <= fmem, written without the division.
         mem_ok = r_milli * tm <= fmem * INTACT_MILLI + (INTACT_MILLI - 1)
-        fits = (ok != 0) & (tm > 0) & (fm >= r_milli) & mem_ok
+        # r_mem == 0 here: a card of unknown memory (tm 0) serves a compute share.
+        fits = (ok != 0) & (fm >= r_milli) & mem_ok
         key = ((fm - r_milli) << shift) | ((((j & 7) << 1) | (fm < INTACT_MILLI)) & tail)
         left[j] = np.int16(key) if fits else np.int16(NO_FIT_16)
 

@@ -14,6 +14,7 @@ UnschedulableAndUnresolvable status (the pod stays pending with an Event that sa
 from __future__ import annotations
 
 import enum
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -166,6 +167,9 @@ def pod_resource_requests(spec: Mapping[str, Any], errors: list[str]) -> dict[st
     return total
 
 
+_INTEGER = re.compile(r"[+-]?[0-9]+")
+
+
 def _int_annotation(
     ann: Mapping[str, str], key: str, lo: int, hi: int | None, errors: list[str]
 ) -> int:
@@ -173,11 +177,11 @@ def _int_annotation(
     if raw is None:
         return 0
     text = str(raw).strip()
-    try:
-        value = int(text)
-    except ValueError:
+    # Python's int() also takes "2_50" and "٣": an annotation is plain ASCII digits.
+    if not _INTEGER.fullmatch(text):
         errors.append(f"annotation {key}={raw!r} is not an integer")
         return 0
+    value = int(text)
     if value < lo or (hi is not None and value > hi):
         bound = f"{lo}-{hi}" if hi is not None else f">= {lo}"
         errors.append(f"annotation {key}={raw!r} is out of range ({bound})")

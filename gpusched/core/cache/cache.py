@@ -20,7 +20,7 @@ what a device plugin handing out free cards does in effect; such pods are counte
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
@@ -49,7 +49,8 @@ class PodEntry:
 class CacheStats:
     over_allocated: int = 0
     inferred: int = 0
-    warnings: list[str] = field(default_factory=list)
+    # The latest problems only: a long-running daemon must not grow this without bound.
+    warnings: deque[str] = field(default_factory=lambda: deque(maxlen=100))
 
 
 class ClusterCache:

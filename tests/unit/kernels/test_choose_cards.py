@@ -64,7 +64,10 @@ def test_choice_is_valid_and_agrees_with_summary(case: tuple[Cluster, Request]) 
             (c,) = got
             assert allowed(cl, req, row, int(c))
             total = int(cl.card_total_mem[row, c])
-            need_milli = max(req.req_milli, -(-req.req_mem * 1000 // total))
+            # A card of unknown memory (0) is chosen only for a pod asking no memory.
+            assert total > 0 or req.req_mem == 0
+            by_mem = -(-req.req_mem * 1000 // total) if total > 0 else 0
+            need_milli = max(req.req_milli, by_mem)
             need_mem = max(req.req_mem, req.req_milli * total // 1000)
             assert milli[c] - need_milli == s.best_leftover[row]
             assert bool(milli[c] < 1000) == bool(s.best_is_partial[row])

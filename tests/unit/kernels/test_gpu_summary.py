@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpusched.kernels import gpu_summary_nb, gpu_summary_np
+from gpusched.kernels import choose_cards_nb, choose_cards_np, gpu_summary_nb, gpu_summary_np
 
 from ._clusters import ALL, Cluster, Request, build_cluster, clusters, node, requests, summarise
 
@@ -131,3 +131,16 @@ def test_over_allocated_card_counts_no_free_share() -> None:
             assert nb.free_milli_total[0] == ref.free_milli_total[0] == (c - 1) * 1000
             for got, want in zip(nb.outs(), ref.outs(), strict=True):
                 np.testing.assert_array_equal(got, want)
+
+
+def test_card_of_unknown_memory_serves_compute_shares_only() -> None:
+    # A GFD node without the nvidia.com/gpu.memory label: card memory 0 (unknown).
+    cl = node([1000, 300], total_mem=0)
+    for kernel in (gpu_summary_nb, gpu_summary_np):
+        _, s = summarise(kernel, cl, Request(0, 250, 0, ALL, 0))
+        assert s.fit[0] and s.best_leftover[0] == 50 and s.best_is_partial[0]
+        _, s = summarise(kernel, cl, Request(0, 250, 1024, ALL, 0))
+        assert not s.fit[0]
+    for chooser in (choose_cards_nb, choose_cards_np):
+        assert list(chooser(*cl.cards(), 0, 0, 250, 0, ALL, 0)) == [1]
+        assert list(chooser(*cl.cards(), 0, 0, 250, 1024, ALL, 0)) == []

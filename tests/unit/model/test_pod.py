@@ -117,6 +117,7 @@ def test_shared_gpu_annotations() -> None:
     ("annotations", "fragment"),
     [
         ({keys.GPU_MILLI: "abc"}, "gpusched.io/gpu-milli='abc' is not an integer"),
+        ({keys.GPU_MILLI: "2_50"}, "gpusched.io/gpu-milli='2_50' is not an integer"),
         ({keys.GPU_MILLI: "0"}, "gpusched.io/gpu-milli='0' is out of range (1-1000)"),
         ({keys.GPU_MILLI: "1001"}, "out of range"),
         ({keys.GPU_MEMORY_MIB: "-5"}, "gpusched.io/gpu-memory-mib='-5' is out of range"),
