@@ -125,6 +125,7 @@ class Daemon:
         self._stop = asyncio.Event()
         self.attempts = 0
         self.bound = 0
+        self.failed = False  # a core task died: `gpusched run` exits 1
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -164,7 +165,21 @@ class Daemon:
             self.ready.set()
             background.append(asyncio.create_task(self._timers(), name="timers"))
             loop_task = asyncio.create_task(self._loop(), name="scheduling loop")
-            await self._stop.wait()
+            # A watch, the timers or the loop ending on their own means the cache is frozen
+            # or nobody schedules: stop and exit non-zero so the kubelet restarts us, rather
+            # than serve /healthz while placing pods on stale state.
+            stop = asyncio.ensure_future(self._stop.wait())
+            done, _ = await asyncio.wait(
+                {stop, loop_task, *background}, return_when=asyncio.FIRST_COMPLETED
+            )
+            stop.cancel()
+            for task in done - {stop}:
+                if self._stop.is_set():
+                    break
+                error = None if task.cancelled() else task.exception()
+                self.log.error("task ended unexpectedly", task=task.get_name(), error=repr(error))
+                self.failed = True
+                self.stop()
         finally:
             self.queue.close()
             if loop_task is not None:

@@ -97,4 +97,4 @@ async def _run(args: RunArgs, config: SchedulerConfig, registry: Registry, log: 
         finally:
             if runner is not None:
                 await runner.cleanup()
-    return 0
+    return 1 if daemon.failed else 0

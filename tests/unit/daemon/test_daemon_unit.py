@@ -160,3 +160,48 @@ async def test_a_scheduling_attempt_that_raises_after_assume_does_not_strand_the
     writer.release.set()
     await asyncio.gather(*d.bindings)
     assert d.bound == 1
+
+
+async def test_a_watch_that_dies_stops_the_daemon_with_failure(
+    daemon: tuple[Daemon, FakeWriter], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A dead watch means a frozen cache: the daemon must stop (exit 1), not keep placing
+    pods on stale state."""
+    d, _ = daemon
+    crash = asyncio.Event()
+
+    async def node_watch() -> None:
+        d.node_watch.synced.set()
+        await crash.wait()
+        raise RuntimeError("watch bug")
+
+    async def pod_watch() -> None:
+        d.pod_watch.synced.set()
+        await asyncio.Event().wait()  # runs until cancelled
+
+    monkeypatch.setattr(d.node_watch, "run", node_watch)
+    monkeypatch.setattr(d.pod_watch, "run", pod_watch)
+    running = asyncio.create_task(d.run())
+    await d.ready.wait()
+    assert not d.failed
+    crash.set()
+    await asyncio.wait_for(running, 10)
+    assert d.failed
+
+
+async def test_stop_is_not_a_failure(
+    daemon: tuple[Daemon, FakeWriter], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    d, _ = daemon
+
+    async def watch(reflector: Any) -> None:
+        reflector.synced.set()
+        await asyncio.Event().wait()
+
+    monkeypatch.setattr(d.node_watch, "run", lambda: watch(d.node_watch))
+    monkeypatch.setattr(d.pod_watch, "run", lambda: watch(d.pod_watch))
+    running = asyncio.create_task(d.run())
+    await d.ready.wait()
+    d.stop()
+    await asyncio.wait_for(running, 10)
+    assert not d.failed
