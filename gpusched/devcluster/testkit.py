@@ -3,6 +3,7 @@ manifests, and waits that watch (never sleep)."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from gpusched.kube import JSON, Kube, create_pod, has_condition, pod_path, wait_for
@@ -91,3 +92,53 @@ async def wait_pod_scheduled(kube: Kube, namespace: str, name: str, timeout: flo
         what="PodScheduled=True",
         timeout=timeout,
     )
+
+
+async def wait_until_allowed(
+    kube: Kube,
+    user: str,
+    verb: str,
+    resource: str,
+    *,
+    subresource: str = "",
+    namespace: str = "",
+    timeout: float = 15.0,  # noqa: ASYNC109
+) -> None:
+    """Wait until the API server's authorizer allows `user` to `verb` `resource`.
+
+    RBAC objects take effect once the authorizer's informer has seen them, a moment after
+    the POST returns, and nothing can be watched for that. So this asks the authorizer
+    itself (a SubjectAccessReview) until it says yes, backing off between questions.
+    """
+    groups = ["system:authenticated"]
+    if user.startswith("system:serviceaccount:"):
+        groups.append("system:serviceaccounts")
+        groups.append("system:serviceaccounts:" + user.split(":")[2])
+    review = {
+        "apiVersion": "authorization.k8s.io/v1",
+        "kind": "SubjectAccessReview",
+        "spec": {
+            "user": user,
+            "groups": groups,
+            "resourceAttributes": {
+                "verb": verb,
+                "resource": resource,
+                "subresource": subresource,
+                "namespace": namespace,
+            },
+        },
+    }
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    pause = 0.02
+    while True:
+        answer = await kube.post("/apis/authorization.k8s.io/v1/subjectaccessreviews", review)
+        if answer.get("status", {}).get("allowed"):
+            return
+        if loop.time() >= deadline:
+            raise TimeoutError(
+                f"RBAC still denies {user} {verb} {resource}/{subresource} in"
+                f" {namespace or 'the cluster'} after {timeout:.0f}s: {answer.get('status')}"
+            )
+        await asyncio.sleep(pause)
+        pause = min(pause * 2, 0.5)

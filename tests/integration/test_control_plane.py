@@ -25,6 +25,7 @@ from gpusched.devcluster.testkit import (
     make_pod_group,
     wait_pod_running,
     wait_pod_scheduled,
+    wait_until_allowed,
 )
 from gpusched.kube import ApiError, Kube, bind_pod, has_condition, pod_path, wait_for_deletion
 from gpusched.model import keys
@@ -141,6 +142,9 @@ async def test_rbac_denies_a_binding_to_a_token_without_rights(
                     }
                 ],
             },
+        )
+        await wait_until_allowed(
+            kube, NO_RIGHTS.user, "create", "pods", subresource="binding", namespace=namespace
         )
         await bind_pod(nobody, namespace, "rbac-target", node)
     await wait_pod_running(kube, namespace, "rbac-target")

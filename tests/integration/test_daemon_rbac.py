@@ -18,6 +18,7 @@ import yaml
 from gpusched.devcluster import LocalCluster
 from gpusched.devcluster.cluster import write_kubeconfig
 from gpusched.devcluster.demo import demo_pod, wait_settled
+from gpusched.devcluster.testkit import wait_until_allowed
 from gpusched.kube import ApiError, Kube, pod_path
 from gpusched.model import keys
 from tests.integration.daemon_support import (
@@ -57,6 +58,14 @@ async def test_daemon_works_with_the_shipped_rbac(
     cluster: LocalCluster, kube: Kube, namespace: str, tmp_path: Path
 ) -> None:
     ns, name = await _apply_rbac(kube)
+    account = f"system:serviceaccount:{ns}:{name}"
+    await wait_until_allowed(kube, account, "watch", "pods")
+    await wait_until_allowed(
+        kube, account, "create", "pods", subresource="binding", namespace=namespace
+    )
+    await wait_until_allowed(
+        kube, account, "patch", "pods", subresource="status", namespace=namespace
+    )
     request = await kube.post(
         f"/api/v1/namespaces/{ns}/serviceaccounts/{name}/token",
         {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}},
