@@ -18,7 +18,8 @@ Card rules (decided with the lead; ``choose_cards`` applies the same ones per ca
   implies the same share of memory and vice versa. The card fits when usable,
   ``free_milli >= need_milli`` and ``free_mem >= need_mem``, and, for a pod that asks for
   memory, ``total_mem > 0`` (a card whose memory is unknown serves compute shares only).
-  The best-fit card is the fitting card with the smallest ``free_milli - need_milli``, ties -> lowest index.
+  The best-fit card is the fitting card with the smallest ``free_milli - need_milli``,
+  ties -> lowest index.
 
 Outputs per row (rows that are not ``node_valid & candidates`` get fit False, zero counts and
 leftover -1, so the outputs never carry stale values from a previous pod):

@@ -18,10 +18,14 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(autouse=True)
-def no_temp_dir_left_behind() -> Iterator[None]:
-    before = set(Path(tempfile.gettempdir()).glob("gpusched-cluster-*"))
+def no_temp_dir_left_behind(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    # A private temp dir: the machine's /tmp also holds the session cluster's and any
+    # other test run's work dirs, which come and go on their own.
+    private = tmp_path / "tmp"
+    private.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(private))
     yield
-    assert set(Path(tempfile.gettempdir()).glob("gpusched-cluster-*")) <= before
+    assert list(private.glob("gpusched-cluster-*")) == []
 
 
 def _alive(pid: int) -> bool:
