@@ -191,8 +191,18 @@ def _cmd_run(args: argparse.Namespace) -> int:
             kubeconfig=args.kubeconfig,
             metrics_port=args.metrics_port,
             log_level=args.log_level,
+            leader_elect=args.leader_elect,
         )
     )
+
+
+def _bool_flag(value: str) -> bool:
+    lowered = value.strip().lower()
+    if lowered in ("true", "1", "yes"):
+        return True
+    if lowered in ("false", "0", "no"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {value!r}")
 
 
 def _cmd_check_config(args: argparse.Namespace) -> int:
@@ -275,6 +285,16 @@ def build_parser() -> argparse.ArgumentParser:
         "--metrics-port", type=int, default=10259, help="/healthz /readyz /metrics; 0 = off"
     )
     run.add_argument("--log-level", default="info", help="debug, info, warning, error")
+    run.add_argument(
+        "--leader-elect",
+        type=_bool_flag,
+        nargs="?",
+        const=True,
+        default=None,
+        metavar="true|false",
+        help="schedule only while holding the leader Lease (default: the configuration's"
+        " leaderElection.leaderElect, true); --leader-elect=false for a single local run",
+    )
     run.set_defaults(func=_cmd_run)
 
     chk = sub.add_parser("check-config", help="validate a scheduler configuration file")

@@ -18,6 +18,7 @@ from gpusched.config.defaults import (
 )
 from gpusched.config.loader import (
     ClientConnection,
+    LeaderElection,
     SchedulerConfig,
     builtin_config,
     builtin_profile,
@@ -41,6 +42,7 @@ __all__ = [
     "ClientConnection",
     "ConfigError",
     "ConfigErrors",
+    "LeaderElection",
     "PluginRef",
     "Point",
     "Profile",

@@ -33,6 +33,14 @@ POD_MAX_IN_UNSCHEDULABLE_PODS_DURATION_SECONDS = 300.0
 # An assumed pod the watch never confirms is forgotten after this long (the cycle's default).
 ASSUME_TTL_SECONDS = 30.0
 MAX_CARDS_PER_NODE = 8
+# Leader election: kube-scheduler's leaderElection defaults (15 s / 10 s / 2 s). The Lease
+# lives next to kube-scheduler's own in kube-system, under the component's name.
+LEADER_ELECT = True
+LEASE_DURATION_SECONDS = 15
+RENEW_DEADLINE_SECONDS = 10.0
+RETRY_PERIOD_SECONDS = 2.0
+LEASE_NAME = "gpusched"
+LEASE_NAMESPACE = "kube-system"
 # The kernels track a node's cards in an int64 bitmask (gpusched/kernels/_card_rules.py
 # MAX_CARDS). Repeated here so loading a config does not import numba; a test keeps the two
 # equal.

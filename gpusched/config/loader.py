@@ -40,6 +40,10 @@ from gpusched.config.defaults import (
     DEFAULT_PLUGINS,
     DEFAULT_SCHEDULER_NAME,
     KIND,
+    LEADER_ELECT,
+    LEASE_DURATION_SECONDS,
+    LEASE_NAME,
+    LEASE_NAMESPACE,
     MAX_CARDS_LIMIT,
     MAX_CARDS_PER_NODE,
     MULTI_POINT,
@@ -47,6 +51,8 @@ from gpusched.config.defaults import (
     POD_MAX_BACKOFF_SECONDS,
     POD_MAX_IN_UNSCHEDULABLE_PODS_DURATION_SECONDS,
     POINT_METHODS,
+    RENEW_DEADLINE_SECONDS,
+    RETRY_PERIOD_SECONDS,
     builtin_document,
     default_plugin_names,
 )
@@ -62,6 +68,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ClientConnection",
+    "LeaderElection",
     "SchedulerConfig",
     "Source",
     "builtin_config",
@@ -94,10 +101,64 @@ class ClientConnection:
         return out
 
 
+@dataclass(frozen=True)
+class LeaderElection:
+    """Which replica schedules (kube-scheduler's leaderElection; gpusched/kube/lease.py)."""
+
+    leader_elect: bool = LEADER_ELECT
+    # An integer: the Lease stores whole seconds, and every candidate judges expiry by it.
+    lease_duration_seconds: int = LEASE_DURATION_SECONDS
+    renew_deadline_seconds: float = RENEW_DEADLINE_SECONDS
+    retry_period_seconds: float = RETRY_PERIOD_SECONDS
+    resource_name: str = LEASE_NAME
+    resource_namespace: str = LEASE_NAMESPACE
+
+    def validate(self) -> list[tuple[str, str]]:
+        out: list[tuple[str, str]] = []
+        for key, value in (
+            ("leaseDurationSeconds", self.lease_duration_seconds),
+            ("renewDeadlineSeconds", self.renew_deadline_seconds),
+            ("retryPeriodSeconds", self.retry_period_seconds),
+        ):
+            if not value > 0:
+                out.append((key, "must be > 0"))
+        if out:
+            return out
+        # The leader must give up (renewDeadline) before a standby may take over
+        # (leaseDuration), and must get several tries (retryPeriod) within the deadline.
+        if not self.renew_deadline_seconds < self.lease_duration_seconds:
+            out.append(
+                (
+                    "renewDeadlineSeconds",
+                    f"must be < leaseDurationSeconds ({self.lease_duration_seconds})",
+                )
+            )
+        if not self.retry_period_seconds < self.renew_deadline_seconds:
+            out.append(
+                (
+                    "retryPeriodSeconds",
+                    f"must be < renewDeadlineSeconds ({self.renew_deadline_seconds})",
+                )
+            )
+        if len(self.resource_name) > 253 or not _DNS_SUBDOMAIN.match(self.resource_name):
+            out.append(
+                ("resourceName", "must be a DNS subdomain (lower-case alphanumerics, '-', '.')")
+            )
+        if not _DNS_LABEL.match(self.resource_namespace):
+            out.append(
+                (
+                    "resourceNamespace",
+                    "must be a namespace name (at most 63 lower-case alphanumerics or '-')",
+                )
+            )
+        return out
+
+
 # A Kubernetes label key: optional DNS-subdomain prefix and "/", then a name of at most 63
 # characters (alphanumerics, '-', '_', '.', starting and ending alphanumeric).
 _LABEL_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 
 def _label_key_problem(key: str) -> str | None:
@@ -118,6 +179,7 @@ class SchedulerConfig:
 
     profiles: tuple[Profile, ...] = ()
     client_connection: ClientConnection = field(default_factory=ClientConnection)
+    leader_election: LeaderElection = field(default_factory=LeaderElection)
     pod_initial_backoff_seconds: float = POD_INITIAL_BACKOFF_SECONDS
     pod_max_backoff_seconds: float = POD_MAX_BACKOFF_SECONDS
     pod_max_in_unschedulable_pods_duration_seconds: float = (
@@ -291,6 +353,7 @@ def config_from_dict(doc: object, registry: Registry) -> SchedulerConfig:
     return SchedulerConfig(
         profiles=profiles,
         client_connection=settings.client_connection,
+        leader_election=settings.leader_election,
         pod_initial_backoff_seconds=settings.pod_initial_backoff_seconds,
         pod_max_backoff_seconds=settings.pod_max_backoff_seconds,
         pod_max_in_unschedulable_pods_duration_seconds=(

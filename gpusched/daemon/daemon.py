@@ -8,6 +8,8 @@ the synchronous scheduling cycle; each placement gets an asyncio task for its bi
     loop: pop ─▶ cycle.schedule (no await) ─▶ SCHEDULED/WAITING: task(cycle.bind)
                                            └▶ UNSCHEDULABLE: Event + condition + queue
     timers: backoff flush, unschedulable flush, assumed-pod expiry
+    leader election (gpusched/kube/lease.py): watches, cache and queue run from the start;
+    the loop starts once this instance holds the Lease; losing it stops the daemon (exit 1)
 
 Everything that touches the cache runs on the one event loop without awaiting in between,
 which is the atomicity kube-scheduler gets from its cache lock.
@@ -32,8 +34,10 @@ from gpusched.core.queue import ClusterEvent, QueuedPodInfo, SchedulingQueue
 from gpusched.core.runtime.framework import Framework
 from gpusched.core.runtime.registry import Registry
 from gpusched.core.scheduler import Decision, Result, SchedulingCycle
+from gpusched.daemon.warmup import warm_kernels
 from gpusched.framework.status import Code, Status
 from gpusched.kube.client import JSON, Kube
+from gpusched.kube.lease import KubeLeases, LeaderElector, default_identity
 from gpusched.kube.watch import EventType, Reflector
 from gpusched.kube.writer import ClusterWriter, ObjectRef, final
 from gpusched.model.node import NodeModel, TopologyKeys, node_from_k8s
@@ -53,6 +57,8 @@ TIMER_SECONDS = 1.0  # backoff flush and assumed-pod expiry, kube's 1 s ticker
 class DaemonOptions:
     bind_grace_seconds: float = 30.0  # SIGTERM: how long in-flight bindings may finish
     instance: str = ""  # reportingInstance of our Events (the pod name in a cluster)
+    identity: str = ""  # holder identity in the leader Lease; default: pod name + random suffix
+    warm_up: bool = True  # compile the kernels before seeking the Lease (daemon/warmup.py)
     watch_timeout_seconds: int = 300
 
 
@@ -70,6 +76,7 @@ class Daemon:
     ) -> None:
         self.kube = kube
         self.config = config
+        self.registry = registry
         self.log = logger
         self.metrics = metrics or Metrics()
         self.options = options or DaemonOptions()
@@ -122,7 +129,23 @@ class Daemon:
         self._side: set[asyncio.Task[None]] = set()
         self._timings: dict[str, tuple[dict[tuple[str, str], int], dict[tuple[str, str], int]]] = {}
         self.ready = asyncio.Event()
+        self.leading = asyncio.Event()  # the scheduling loop runs (we hold the Lease)
+        self.stopped = asyncio.Event()  # run() has finished, the Lease released
         self._stop = asyncio.Event()
+        le = config.leader_election
+        self.elector: LeaderElector | None = None
+        if le.leader_elect:
+            self.elector = LeaderElector(
+                KubeLeases(
+                    kube, le.resource_namespace, le.resource_name, timeout=le.renew_deadline_seconds
+                ),
+                self.options.identity or default_identity(),
+                lease_duration=le.lease_duration_seconds,
+                renew_deadline=le.renew_deadline_seconds,
+                retry_period=le.retry_period_seconds,
+                log=logger,
+                on_change=lambda leading: self.metrics.leader.set(1 if leading else 0),
+            )
         self.attempts = 0
         self.bound = 0
         self.failed = False  # a core task died: `gpusched run` exits 1
@@ -130,7 +153,8 @@ class Daemon:
     # -- lifecycle --------------------------------------------------------------------------
 
     def stop(self) -> None:
-        """Stop taking pods; `run` finishes the bindings in flight and returns."""
+        """Stop taking pods; `run` finishes the bindings in flight, releases the leader Lease
+        and returns."""
         self._stop.set()
 
     @property
@@ -143,6 +167,7 @@ class Daemon:
             asyncio.create_task(self.pod_watch.run(), name="watch pods"),
         ]
         loop_task: asyncio.Task[None] | None = None
+        elector_task: asyncio.Task[None] | None = None
         try:
             # Nodes first, so the pods of the first list find their rows; both before the
             # first attempt, so a restarted scheduler sees every card in use before it
@@ -164,44 +189,121 @@ class Daemon:
             )
             self.ready.set()
             background.append(asyncio.create_task(self._timers(), name="timers"))
+            if self.elector is not None:
+                # A warm standby: watches, cache and queue stay current, so the moment we
+                # lead, the first attempt sees the cluster as it is. Seeking the Lease only
+                # after the sync (as kube-scheduler does) keeps an instance that cannot
+                # list the cluster from holding it.
+                if self.options.warm_up and not await self._warm_up():
+                    return
+                elector_task = asyncio.create_task(self.elector.run(), name="leader election")
+                if not await self._until(self.elector.leading, {elector_task, *background}):
+                    return
+            else:
+                self.metrics.leader.set(1)
+                self.log.info("leader election disabled: scheduling without a lease")
+            self.leading.set()
             loop_task = asyncio.create_task(self._loop(), name="scheduling loop")
-            # A watch, the timers or the loop ending on their own means the cache is frozen
-            # or nobody schedules: stop and exit non-zero so the kubelet restarts us, rather
-            # than serve /healthz while placing pods on stale state.
-            stop = asyncio.ensure_future(self._stop.wait())
-            done, _ = await asyncio.wait(
-                {stop, loop_task, *background}, return_when=asyncio.FIRST_COMPLETED
-            )
-            stop.cancel()
-            for task in done - {stop}:
-                if self._stop.is_set():
-                    break
-                error = None if task.cancelled() else task.exception()
-                self.log.error("task ended unexpectedly", task=task.get_name(), error=repr(error))
-                self.failed = True
-                self.stop()
+            core = {loop_task, *background, *([elector_task] if elector_task else [])}
+            await self._until(None, core)
         finally:
             self.queue.close()
             if loop_task is not None:
                 await loop_task
             await self._drain()
+            if self.elector is not None and elector_task is not None:
+                # Only now, with the bindings done: releasing earlier would let a standby
+                # place pods on cards our in-flight bindings are still claiming.
+                self.elector.stop()
+                await asyncio.gather(elector_task, return_exceptions=True)
             for task in background:
                 task.cancel()
             await asyncio.gather(*background, return_exceptions=True)
+            self.leading.clear()
+            self.metrics.leader.set(0)
             self.log.info("stopped", bound=self.bound, attempts=self.attempts)
+            self.stopped.set()
+
+    async def _warm_up(self) -> bool:
+        """warm_kernels in a worker thread; False if stop() came first."""
+        t0 = time.perf_counter()
+        warm = asyncio.ensure_future(asyncio.to_thread(warm_kernels, self.config, self.registry))
+        stop = asyncio.ensure_future(self._stop.wait())
+        await asyncio.wait({warm, stop}, return_when=asyncio.FIRST_COMPLETED)
+        stop.cancel()
+        if not warm.done():
+            # A thread cannot be cancelled: it runs to its end (asyncio.run waits for it on
+            # exit, a few seconds at most), touching nothing of ours meanwhile.
+            return False
+        if warm.exception() is not None:
+            # Only an optimisation: the first cycles compile what is missing, as before.
+            self.log.warning("kernel warm-up failed", error=repr(warm.exception()))
+        else:
+            self.log.info("kernels warmed up", seconds=round(time.perf_counter() - t0, 2))
+        return True
+
+    async def _until(self, event: asyncio.Event | None, core: set[asyncio.Task[None]]) -> bool:
+        """Wait for `event` (None: for nothing), stop(), or a core task to end. True when
+        `event` is set. A core task ending on its own (a watch, the timers, the loop, the
+        elector after losing the Lease) means a frozen cache, nobody scheduling, or another
+        instance now scheduling: stop and exit non-zero so the kubelet restarts us (a
+        restart re-syncs cleanly), rather than serve /healthz on stale state."""
+        stop = asyncio.ensure_future(self._stop.wait())
+        want = asyncio.ensure_future(event.wait()) if event is not None else None
+        waiters: set[asyncio.Future[Any]] = {stop, *core, *([want] if want else [])}
+        try:
+            done, _ = await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+            if want is not None:
+                want.cancel()
+        if event is not None and event.is_set() and not self._stop.is_set():
+            return True
+        for task in core & done:
+            if self._stop.is_set():
+                break
+            if self.elector is not None and self.elector.lost.is_set():
+                self.log.error(
+                    "stopping: leadership lost; exiting so that a restart re-syncs",
+                    identity=self.elector.identity,
+                )
+            else:
+                error = None if task.cancelled() else task.exception()
+                self.log.error("task ended unexpectedly", task=task.get_name(), error=repr(error))
+            self.failed = True
+            self.stop()
+        return False
 
     async def _drain(self) -> None:
+        """Let the bindings in flight finish (up to bind_grace_seconds), unless the Lease is
+        lost: then another instance may already be handing out the same cards, so they are
+        cut short at once (their placements are undone, the new leader places the pods)."""
+        lost = self.elector.lost if self.elector is not None else None
         if self.bindings:
             self.log.info("finishing bindings", in_flight=len(self.bindings))
-            _, late = await asyncio.wait(
-                set(self.bindings), timeout=self.options.bind_grace_seconds
-            )
+            pending = set(self.bindings)
+            grace = self.options.bind_grace_seconds
+            if lost is not None and lost.is_set():
+                grace = 0
+            all_done = asyncio.ensure_future(asyncio.wait(pending))
+            lost_wait = asyncio.ensure_future(lost.wait()) if lost is not None else None
+            waiters: set[asyncio.Future[Any]] = {all_done, *([lost_wait] if lost_wait else [])}
+            try:
+                await asyncio.wait(waiters, timeout=grace, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                all_done.cancel()
+                if lost_wait is not None:
+                    lost_wait.cancel()
+            late = {t for t in pending if not t.done()}
             for task in late:
                 task.cancel()
             if late:
+                # Let the cancelled cycles undo their placements before we report stopped.
+                await asyncio.wait(late, timeout=5.0)
                 self.log.warning(
                     "bindings cut short",
                     pods=len(late),
+                    reason="leader lease lost" if lost is not None and lost.is_set() else "",
                     grace_seconds=self.options.bind_grace_seconds,
                 )
         if self._side:

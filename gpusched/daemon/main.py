@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import signal
 import socket
@@ -30,14 +31,27 @@ class RunArgs:
     kubeconfig: str | None = None
     metrics_port: int = 10259
     log_level: str = "info"
+    leader_elect: bool | None = None  # --leader-elect; None: leaderElection.leaderElect
+
+
+def effective_config(args: RunArgs, registry: Registry) -> SchedulerConfig:
+    """The --config file (or the built-in profile), validated, with the flags applied.
+    Raises ConfigError or OSError."""
+    config = load_config(args.config, registry) if args.config else default_config(registry)
+    validate_profiles(config, registry)
+    if args.leader_elect is not None:
+        # The flag wins over the file, as kube-scheduler's --leader-elect does.
+        election = dataclasses.replace(config.leader_election, leader_elect=args.leader_elect)
+        config = dataclasses.replace(config, leader_election=election)
+    return config
 
 
 def run_main(args: RunArgs) -> int:
-    """Exit codes: 0 after a clean stop, 2 for a bad configuration, 1 if we cannot start."""
+    """Exit codes: 0 after a clean stop, 2 for a bad configuration, 1 if we cannot start
+    or when leadership is lost (a restart re-syncs from the API)."""
     registry = default_registry()
     try:
-        config = load_config(args.config, registry) if args.config else default_config(registry)
-        validate_profiles(config, registry)
+        config = effective_config(args, registry)
     except ConfigError as exc:
         print(
             f"gpusched run: invalid configuration {args.config or '(built-in)'}:\n{exc}\n"

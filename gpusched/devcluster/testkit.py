@@ -102,6 +102,8 @@ async def wait_until_allowed(
     *,
     subresource: str = "",
     namespace: str = "",
+    group: str = "",
+    name: str = "",
     timeout: float = 15.0,  # noqa: ASYNC109
 ) -> None:
     """Wait until the API server's authorizer allows `user` to `verb` `resource`.
@@ -125,6 +127,8 @@ async def wait_until_allowed(
                 "resource": resource,
                 "subresource": subresource,
                 "namespace": namespace,
+                "group": group,
+                "name": name,
             },
         },
     }

@@ -60,6 +60,12 @@ class Metrics:
             ["result"],
             registry=r,
         )
+        self.leader = Gauge(
+            "gpusched_leader",
+            "1 while this instance schedules (holds the leader Lease, or runs without leader"
+            " election), else 0.",
+            registry=r,
+        )
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

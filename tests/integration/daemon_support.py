@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import secrets
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -27,6 +28,15 @@ SHAPES = (
 # Tests write fast: kube-scheduler's default qps (50) would make a 200-pod burst wait on
 # the client-side limiter rather than on the scheduler.
 FAST_CLIENT = {"clientConnection": {"qps": 1000, "burst": 1000}}
+# Short leader-election timings, so a Lease a killed daemon leaves behind expires quickly.
+SHORT_LEASE = {"leaseDurationSeconds": 3, "renewDeadlineSeconds": 2, "retryPeriodSeconds": 0.5}
+
+
+def daemon_settings(lease: str = "") -> dict[str, Any]:
+    """FAST_CLIENT plus leader election with SHORT_LEASE on the Lease kube-system/`lease`;
+    by default a fresh name, so no other test's daemon contends for it."""
+    name = lease or f"gpusched-test-{secrets.token_hex(4)}"
+    return {**FAST_CLIENT, "leaderElection": {**SHORT_LEASE, "resourceName": name}}
 
 
 def pool_specs(pool: str, count: int, shapes: Sequence[tuple[Any, ...]] = SHAPES) -> list[NodeSpec]:
@@ -87,24 +97,63 @@ async def node_pool(kube: Kube, nodes: Sequence[JSON]) -> AsyncIterator[dict[str
 
 @asynccontextmanager
 async def running_daemon(
-    kubeconfig: Path, stream: io.StringIO, settings: dict[str, Any] | None = None
+    kubeconfig: Path,
+    stream: io.StringIO,
+    settings: dict[str, Any] | None = None,
+    *,
+    identity: str = "",
+    lead: bool = True,
 ) -> AsyncIterator[Daemon]:
+    """The daemon in-process; yields once it has synced and, with `lead`, holds the Lease
+    (`settings` default: daemon_settings(), a private Lease)."""
     registry = default_registry()
     config = load_config(
-        {"apiVersion": API_VERSION, "kind": KIND, **(settings or FAST_CLIENT)}, registry
+        {"apiVersion": API_VERSION, "kind": KIND, **(settings or daemon_settings())}, registry
     )
     kube = await Kube.connect(kubeconfig)
     daemon = Daemon(
-        kube, config, registry, make_logger(stream), options=DaemonOptions(bind_grace_seconds=10)
+        kube,
+        config,
+        registry,
+        make_logger(stream),
+        options=DaemonOptions(bind_grace_seconds=10, identity=identity),
     )
     task = asyncio.create_task(daemon.run())
     try:
-        await asyncio.wait_for(daemon.ready.wait(), 60)
+        await _until(daemon.ready, task, stream, "synced", 60)
+        if lead:
+            await _until(daemon.leading, task, stream, "leading", 30)
         yield daemon
     finally:
         daemon.stop()
         await asyncio.wait_for(task, 30)
+        if settings is None:  # its private Lease: leave no litter in kube-system
+            le = config.leader_election
+            try:
+                await kube.delete(
+                    f"/apis/coordination.k8s.io/v1/namespaces/{le.resource_namespace}"
+                    f"/leases/{le.resource_name}"
+                )
+            except ApiError as exc:
+                if exc.status != 404:
+                    raise
         await kube.close()
+
+
+async def _until(
+    event: asyncio.Event,
+    task: asyncio.Task[None],
+    stream: io.StringIO,
+    what: str,
+    timeout: float,  # noqa: ASYNC109
+) -> None:
+    """Wait for `event`; if the daemon stops or the time runs out first, fail with its log."""
+    waiter = asyncio.ensure_future(event.wait())
+    await asyncio.wait({waiter, task}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    waiter.cancel()
+    if not event.is_set():
+        state = "stopped" if task.done() else f"not {what} after {timeout:.0f}s"
+        raise AssertionError(f"the daemon is {state}; its log:\n{stream.getvalue()[-3000:]}")
 
 
 async def events_for(kube: Kube, namespace: str, name: str, reason: str) -> list[JSON]:

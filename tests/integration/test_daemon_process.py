@@ -53,9 +53,14 @@ async def test_restart_in_the_middle_of_a_burst(
     nodes = [pool_node(s, pool) for s in pool_specs(pool, 20)]
     config = tmp_path / "config.yaml"
     # A slow client makes the burst last long enough to kill the daemon in its middle.
+    # Leader election stays on, with a private Lease and short timings: the killed daemon
+    # cannot release it, so the second one takes over when it expires (leaseDuration 2 s
+    # after it first sees it), which is what a replica does after a crash.
     config.write_text(
         "apiVersion: gpusched.io/v1alpha1\nkind: GpuSchedulerConfiguration\n"
         "clientConnection: {qps: 40, burst: 5}\n"
+        f"leaderElection: {{resourceName: gpusched-restart-{pool}, leaseDurationSeconds: 2,"
+        " renewDeadlineSeconds: 1.5, retryPeriodSeconds: 0.5}\n"
     )
     logs = [tmp_path / "first.log", tmp_path / "second.log"]
     pods = mixed_workload(80, seed=3, impossible=False, **placement(pool))
@@ -89,7 +94,9 @@ async def test_restart_in_the_middle_of_a_burst(
             pod = by_uid[rec["uid"]]
             assert rec["node"] == pod["spec"]["nodeName"]
             assert rec["cards"] == cards_of(pod)[0]
-    assert "stopped" in logs[1].read_text()
+    second_log = logs[1].read_text()
+    assert "stopped" in second_log
+    assert '"leader elected"' in second_log and '"leader lease released"' in second_log
 
 
 async def test_bad_config_stops_start_up_naming_the_field(tmp_path: Path) -> None:

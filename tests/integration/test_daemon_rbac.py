@@ -3,7 +3,8 @@
 The other daemon tests run as cluster admin; this one applies the shipped ServiceAccount,
 ClusterRole and binding, takes a token for that account from the TokenRequest API, and
 checks that every write the daemon makes (gpu-ids patch, Binding, Events, the PodScheduled
-condition) is allowed, so a user who applies the manifests gets a working scheduler.
+condition, the leader Lease kube-system/gpusched) is allowed, so a user who applies the
+manifests gets a working scheduler.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from gpusched.devcluster.testkit import wait_until_allowed
 from gpusched.kube import ApiError, Kube, pod_path
 from gpusched.model import keys
 from tests.integration.daemon_support import (
+    daemon_settings,
     events_for,
     node_pool,
     placement,
@@ -37,6 +39,8 @@ COLLECTIONS = {
     "ServiceAccount": "/api/v1/namespaces/{namespace}/serviceaccounts",
     "ClusterRole": "/apis/rbac.authorization.k8s.io/v1/clusterroles",
     "ClusterRoleBinding": "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+    "Role": "/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/roles",
+    "RoleBinding": "/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/rolebindings",
 }
 
 
@@ -66,6 +70,16 @@ async def test_daemon_works_with_the_shipped_rbac(
     await wait_until_allowed(
         kube, account, "patch", "pods", subresource="status", namespace=namespace
     )
+    for verb in ("create", "update"):
+        await wait_until_allowed(
+            kube,
+            account,
+            verb,
+            "leases",
+            group="coordination.k8s.io",
+            namespace="kube-system",
+            name="" if verb == "create" else "gpusched",
+        )
     request = await kube.post(
         f"/api/v1/namespaces/{ns}/serviceaccounts/{name}/token",
         {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}},
@@ -82,7 +96,11 @@ async def test_daemon_works_with_the_shipped_rbac(
         demo_pod("too-big", gpus=16, **placement(pool)),
     ]
     stream = io.StringIO()
-    async with node_pool(kube, nodes), running_daemon(kubeconfig, stream):
+    # The shipped Lease name: the Role grants get/update on that one only.
+    async with (
+        node_pool(kube, nodes),
+        running_daemon(kubeconfig, stream, daemon_settings("gpusched")),
+    ):
         for pod in pods:
             await kube.post(pod_path(namespace), pod)
         final = await wait_settled(kube, namespace, [p["metadata"]["name"] for p in pods])

@@ -11,6 +11,7 @@ import pytest
 from gpusched.config import (
     DEFAULT_PLUGINS,
     ConfigErrors,
+    LeaderElection,
     SchedulerConfig,
     builtin_config,
     builtin_document,
@@ -95,6 +96,34 @@ def test_default_settings(registry: Registry) -> None:
         "topology.gpusched.io/rack", "topology.gpusched.io/spine"
     )
     assert cfg.max_cards_per_node == 8
+    # kube-scheduler's leaderElection defaults; the Lease next to its own in kube-system.
+    assert cfg.leader_election == LeaderElection(
+        leader_elect=True,
+        lease_duration_seconds=15,
+        renew_deadline_seconds=10.0,
+        retry_period_seconds=2.0,
+        resource_name="gpusched",
+        resource_namespace="kube-system",
+    )
+
+
+def test_leader_election_is_read(registry: Registry) -> None:
+    cfg = config_from_dict(
+        {
+            **HEAD,
+            "leaderElection": {
+                "leaderElect": False,
+                "leaseDurationSeconds": 3,
+                "renewDeadlineSeconds": 2,
+                "retryPeriodSeconds": 0.5,
+                "resourceName": "gpusched-test",
+                "resourceNamespace": "gpu-system",
+            },
+        },
+        registry,
+    )
+    assert cfg.leader_election == LeaderElection(False, 3, 2.0, 0.5, "gpusched-test", "gpu-system")
+    assert config_from_dict(config_to_document(cfg), registry) == cfg
 
 
 def test_settings_are_read(registry: Registry) -> None:
@@ -665,6 +694,42 @@ def test_api_version_and_kind(registry: Registry, head: dict[str, str], message:
             " got 'topology.gpusched.io/rack'",
         ),
         ({"profile": []}, "profile: unknown field (did you mean 'profiles'?)"),
+        (
+            {"leaderElection": {"renewDeadlineSeconds": 15}},
+            "leaderElection.renewDeadlineSeconds: must be < leaseDurationSeconds (15), got 15",
+        ),
+        (
+            {"leaderElection": {"retryPeriodSeconds": 12, "leaseDurationSeconds": 20}},
+            "leaderElection.retryPeriodSeconds: must be < renewDeadlineSeconds (10.0), got 12",
+        ),
+        (
+            {"leaderElection": {"retryPeriodSeconds": 0}},
+            "leaderElection.retryPeriodSeconds: must be > 0, got 0",
+        ),
+        (
+            {"leaderElection": {"leaseDurationSeconds": -1}},
+            "leaderElection.leaseDurationSeconds: must be > 0, got -1",
+        ),
+        (
+            {"leaderElection": {"leaseDurationSeconds": 2.5}},
+            "leaderElection.leaseDurationSeconds: expected an integer, got 2.5",
+        ),
+        (
+            {"leaderElection": {"leaderElect": "no"}},
+            "leaderElection.leaderElect: expected a boolean (true/false), got 'no'",
+        ),
+        (
+            {"leaderElection": {"resourceName": "GPU_sched"}},
+            "leaderElection.resourceName: must be a DNS subdomain",
+        ),
+        (
+            {"leaderElection": {"resourceNamespace": "kube.system"}},
+            "leaderElection.resourceNamespace: must be a namespace name",
+        ),
+        (
+            {"leaderElection": {"leaseDuration": 15}},
+            "leaderElection.leaseDuration: unknown field (did you mean 'leaseDurationSeconds'?)",
+        ),
     ],
 )
 def test_setting_errors(registry: Registry, settings: dict[str, Any], message: str) -> None:

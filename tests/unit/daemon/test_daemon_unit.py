@@ -5,19 +5,35 @@ from __future__ import annotations
 import asyncio
 import io
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
 
-from gpusched.config import default_config
-from gpusched.daemon import Daemon
+from gpusched.cli import build_parser
+from gpusched.config import LeaderElection, default_config
+from gpusched.daemon import Daemon, DaemonOptions
+from gpusched.daemon.main import RunArgs, effective_config
+from gpusched.daemon.warmup import warm_kernels
 from gpusched.devcluster.nodes import NodeSpec, node_object
 from gpusched.framework.status import Code, Status
+from gpusched.kube.client import ApiError
 from gpusched.kube.writer import ObjectRef
 from gpusched.model.pod import PodInfo
 from gpusched.observability.logging import make_logger
 from gpusched.plugins import default_registry
+from tests.unit.kube.lease_fakes import (
+    PATH,
+    FakeClock,
+    FakeLeases,
+    elector,
+    other_holder,
+    renew_as_holder,
+    until,
+)
+
+GUARD = 10.0  # against a hang; every wait below is on an event
 
 
 class Clock:
@@ -83,14 +99,40 @@ def clock() -> Clock:
 
 
 @pytest.fixture
-def daemon(clock: Clock) -> tuple[Daemon, FakeWriter]:
+def stream() -> io.StringIO:
+    return io.StringIO()
+
+
+@pytest.fixture
+def leases() -> FakeLeases:
+    return FakeLeases()
+
+
+@pytest.fixture
+def lease_clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def daemon(
+    clock: Clock, stream: io.StringIO, leases: FakeLeases, lease_clock: FakeClock
+) -> tuple[Daemon, FakeWriter]:
     registry = default_registry()
     d = Daemon(
         None,  # type: ignore[arg-type]
         default_config(registry),
         registry,
-        make_logger(io.StringIO()),
+        make_logger(stream),
         clock=clock,
+        options=DaemonOptions(warm_up=False),  # test_kernel_warm_up covers it
+    )
+    # The elector over an in-memory Lease, waiting on a fake clock: no API server, no time.
+    assert d.elector is not None
+    d.elector = elector(
+        leases,
+        lease_clock,
+        on_change=lambda leading: d.metrics.leader.set(1 if leading else 0),
+        log=stream,
     )
     writer = FakeWriter()
     d.writer = writer  # type: ignore[assignment]
@@ -205,3 +247,158 @@ async def test_stop_is_not_a_failure(
     d.stop()
     await asyncio.wait_for(running, 10)
     assert not d.failed
+
+
+def _quiet_watches(d: Daemon, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Watches that report synced at once and then wait to be cancelled."""
+
+    async def watch(reflector: Any) -> None:
+        reflector.synced.set()
+        await asyncio.Event().wait()
+
+    monkeypatch.setattr(d.node_watch, "run", lambda: watch(d.node_watch))
+    monkeypatch.setattr(d.pod_watch, "run", lambda: watch(d.pod_watch))
+
+
+def _events(stream: io.StringIO) -> list[dict[str, Any]]:
+    return [orjson.loads(line) for line in stream.getvalue().splitlines()]
+
+
+def _leader_gauge(d: Daemon) -> float | None:
+    return d.metrics.registry.get_sample_value("gpusched_leader")
+
+
+async def test_a_standby_keeps_its_cache_but_schedules_only_once_it_leads(
+    daemon: tuple[Daemon, FakeWriter],
+    leases: FakeLeases,
+    lease_clock: FakeClock,
+    stream: io.StringIO,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    d, writer = daemon
+    leases.put(other_holder(lease_clock))
+    leases.renewer = renew_as_holder(leases, lease_clock)  # the other leader is alive
+    _quiet_watches(d, monkeypatch)
+    d.pod_watch._line(event_line("ADDED", raw_pod("p", "1")))
+    running = asyncio.create_task(d.run())
+    await asyncio.wait_for(d.ready.wait(), GUARD)  # /readyz: ready as a standby too
+    # Many retries, well past a leaseDuration of fake time: a live leader is never replaced.
+    await asyncio.wait_for(until(lambda: len(lease_clock.sleeps) >= 10, lease_clock.changed), GUARD)
+    assert not d.leading.is_set()
+    assert d.attempts == 0 and len(d.queue) == 1  # queued (warm), not attempted
+    assert _leader_gauge(d) == 0
+    # The leader steps down (releases): we take over and schedule what is queued.
+    leases.renewer = None
+    leases.put({**leases.spec, "holderIdentity": "", "leaseDurationSeconds": 1})
+    await asyncio.wait_for(d.leading.wait(), GUARD)
+    assert _leader_gauge(d) == 1
+    await asyncio.wait_for(writer.binding.wait(), GUARD)
+    assert d.attempts == 1
+    writer.release.set()
+    d.stop()
+    await asyncio.wait_for(running, GUARD)
+    assert not d.failed and d.bound == 1
+    assert _leader_gauge(d) == 0
+    elected = [e for e in _events(stream) if e["event"] == "leader elected"]
+    assert elected and elected[0]["identity"] == "me_1"
+
+
+async def test_losing_the_lease_stops_the_daemon_and_cuts_bindings_short(
+    daemon: tuple[Daemon, FakeWriter],
+    leases: FakeLeases,
+    stream: io.StringIO,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Another instance may take over once the Lease expires: our bindings in flight are
+    cancelled at once (not drained for bind_grace_seconds) and the daemon exits 1."""
+    d, writer = daemon
+    _quiet_watches(d, monkeypatch)
+    running = asyncio.create_task(d.run())
+    await asyncio.wait_for(d.leading.wait(), GUARD)
+    d.pod_watch._line(event_line("ADDED", raw_pod("p", "1")))
+    await asyncio.wait_for(writer.binding.wait(), GUARD)
+    assert d.cache.is_assumed("uid-p")
+    leases.fail = ApiError("PUT", PATH, 500, "etcdserver: request timed out")
+    await asyncio.wait_for(running, GUARD)
+    assert d.failed
+    assert d.bound == 0
+    assert d.cache.get("uid-p") is None, "the cut binding left its placement assumed"
+    assert _leader_gauge(d) == 0
+    events = [e["event"] for e in _events(stream)]
+    assert "leader lost" in events
+    assert "stopping: leadership lost; exiting so that a restart re-syncs" in events
+    cut = next(e for e in _events(stream) if e["event"] == "bindings cut short")
+    assert cut["reason"] == "leader lease lost"
+
+
+async def test_stop_releases_the_lease_only_after_the_bindings_in_flight(
+    daemon: tuple[Daemon, FakeWriter],
+    leases: FakeLeases,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    d, writer = daemon
+    _quiet_watches(d, monkeypatch)
+    running = asyncio.create_task(d.run())
+    await asyncio.wait_for(d.leading.wait(), GUARD)
+    d.pod_watch._line(event_line("ADDED", raw_pod("p", "1")))
+    await asyncio.wait_for(writer.binding.wait(), GUARD)
+    d.stop()  # SIGTERM
+    # While the binding is in flight the Lease is still renewed, so no standby takes over.
+    renewals = leases.rv
+    await asyncio.wait_for(until(lambda: leases.rv >= renewals + 3, leases.changed), GUARD)
+    assert leases.spec["holderIdentity"] == "me_1"
+    writer.release.set()
+    await asyncio.wait_for(running, GUARD)
+    assert not d.failed and d.bound == 1
+    assert leases.spec["holderIdentity"] == ""
+    assert leases.spec["leaseDurationSeconds"] == 1
+    assert d.stopped.is_set()
+
+
+async def test_without_leader_election_it_schedules_after_the_sync(
+    clock: Clock, stream: io.StringIO, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    registry = default_registry()
+    config = default_config(registry)
+    config = type(config)(
+        profiles=config.profiles, leader_election=LeaderElection(leader_elect=False)
+    )
+    d = Daemon(None, config, registry, make_logger(stream), clock=clock)  # type: ignore[arg-type]
+    assert d.elector is None
+    _quiet_watches(d, monkeypatch)
+    running = asyncio.create_task(d.run())
+    await asyncio.wait_for(d.leading.wait(), GUARD)
+    assert _leader_gauge(d) == 1
+    d.stop()
+    await asyncio.wait_for(running, GUARD)
+    assert not d.failed
+
+
+@pytest.mark.parametrize(
+    ("argv", "in_file", "expected"),
+    [
+        ([], None, True),  # the default
+        ([], False, False),  # the file decides without the flag
+        (["--leader-elect=false"], True, False),  # the flag wins
+        (["--leader-elect"], False, True),
+        (["--leader-elect", "true"], None, True),
+    ],
+)
+def test_the_leader_elect_flag_overrides_the_file(
+    tmp_path: Path, argv: list[str], in_file: bool | None, expected: bool
+) -> None:
+    config = tmp_path / "config.yaml"
+    text = "apiVersion: gpusched.io/v1alpha1\nkind: GpuSchedulerConfiguration\n"
+    if in_file is not None:
+        text += f"leaderElection: {{leaderElect: {str(in_file).lower()}}}\n"
+    config.write_text(text)
+    args = build_parser().parse_args(["run", "--config", str(config), *argv])
+    run = RunArgs(config=args.config, leader_elect=args.leader_elect)
+    got = effective_config(run, default_registry())
+    assert got.leader_election.leader_elect is expected
+
+
+def test_kernel_warm_up_schedules_a_throwaway_workload_with_every_profile() -> None:
+    registry = default_registry()
+    config = default_config(registry)
+    assert warm_kernels(config, registry) > 0
