@@ -21,14 +21,15 @@
 * **Queue.** A pod no node takes waits. After departures, waiting pods are retried in FIFO
   order, but only a shape for which one of the freed nodes now has room (a departure frees
   room on its own node only, so nothing else can have changed); a pod not started within
-  ``timeout_s`` of its arrival, or withdrawn (its trace deletion time passed), gives up.
+  ``timeout_s`` of its arrival gives up, or is withdrawn when its trace deletion time passes,
+  whichever comes first (pods still waiting at the end included).
 * **Figures.** Whole-card job success (all pods of a whole-card job started within the
   timeout); hottest node temperature (max over time and nodes, and the time-weighted p99 of
   the hottest node); same-rack share (multi-pod jobs whose pods all started: share in the
   most common rack); gang temperature spread (multi-pod jobs, while all their pods run: max -
-  min of their nodes' temperatures as % of the mean, time-averaged per job: the step-time
-  jitter proxy, a synchronous step waits for its hottest, most throttled worker); GPU
-  allocation (time-weighted mean).
+  min of their distinct nodes' temperatures as % of those nodes' mean, time-averaged over the
+  job's own run, not clipped to the window: the step-time jitter proxy, a synchronous step
+  waits for its hottest, most throttled worker); GPU allocation (time-weighted mean).
 """
 
 from __future__ import annotations
@@ -384,7 +385,8 @@ def replay(
     # Multi-pod jobs: pods still to start / still running, and the spread accumulators.
     job_pods = {j: idx for j, idx in wl.jobs.items() if len(idx) > 1}
     to_start = {j: len(idx) for j, idx in job_pods.items()}
-    running_jobs: dict[str, NDArray[np.int64]] = {}
+    running_jobs: dict[str, NDArray[np.int64]] = {}  # job -> its distinct node rows
+    broken_jobs: set[str] = set()  # a pod has left: all its pods never run again at once
     spread_area: dict[str, float] = {}
     spread_time: dict[str, float] = {}
     departures: list[tuple[float, int]] = []  # (time, pod index)
@@ -420,14 +422,21 @@ def replay(
             heapq.heappush(departures, (now + p.lifetime, i))
         if p.job:
             to_start[p.job] -= 1
-            if to_start[p.job] == 0:
-                running_jobs[p.job] = row_of[np.asarray(job_pods[p.job])]
+            if to_start[p.job] == 0 and p.job not in broken_jobs:
+                running_jobs[p.job] = np.unique(row_of[np.asarray(job_pods[p.job])])
         return True
 
+    def withdrawn_first(i: int) -> bool:
+        """The trace deletes the pod (at arrival + lifetime) before it gives up (once past
+        arrival + timeout)."""
+        life = pods[i].lifetime
+        return life is not None and life <= cfg.timeout_s
+
     def alive(i: int) -> bool:
-        """Still waiting: not withdrawn by the trace, not past the timeout."""
+        """Still waiting: not withdrawn by the trace, not past the timeout. A pod past both
+        deadlines is counted by the one it reached first, whenever it is looked at."""
         p = pods[i]
-        if p.lifetime is not None and now >= p.arrival + p.lifetime:
+        if withdrawn_first(i) and now >= p.arrival + (p.lifetime or 0.0):
             withdrawn[i] = True
             return False
         if now > p.arrival + cfg.timeout_s:
@@ -461,20 +470,23 @@ def replay(
 
     def advance(t: float) -> None:
         nonlocal now, alloc_area
-        # Time-weighted figures cover the window, not the start nor the drain.
+        # Cluster-wide time-weighted figures cover the window, not the start nor the drain.
         dt = min(t, t_end) - max(now, t_start)
         if dt > 0:
             alloc_area += used * dt
             h = hottest()
             hot_t.append(h)
             hot_w.append(dt)
+        # The gang spread is per job, over the job's whole run (all its pods running).
+        run_dt = t - now
+        if run_dt > 0:
             for job, rows in running_jobs.items():
                 temps = snap.node_temp[rows]
                 mean = float(temps.mean())
                 if mean > 0 and np.isfinite(mean):
                     spread = 100.0 * float(temps.max() - temps.min()) / mean
-                    spread_area[job] = spread_area.get(job, 0.0) + spread * dt
-                    spread_time[job] = spread_time.get(job, 0.0) + dt
+                    spread_area[job] = spread_area.get(job, 0.0) + spread * run_dt
+                    spread_time[job] = spread_time.get(job, 0.0) + run_dt
         now = max(now, t)
         sim.clock.advance_to(now)
 
@@ -492,8 +504,9 @@ def replay(
                 used -= int(held[i])
                 freed.append(int(row_of[i]))
                 job = pods[i].job
-                if job and job in running_jobs:
-                    del running_jobs[job]
+                if job:
+                    running_jobs.pop(job, None)
+                    broken_jobs.add(job)
             if pending:
                 retry(sorted(set(freed)))
         else:
@@ -506,11 +519,13 @@ def replay(
                 progress(a, n)
         hottest_max = max(hottest_max, hottest())
     seconds = time.perf_counter() - t0
-    # Pods still waiting at the end: gave up if past the timeout by then, else still waiting
-    # (counted as not started: the replay ended before they could).
+    # Pods still waiting at the end never start (nothing changes after the last event):
+    # each is counted by the deadline it reaches first, withdrawal or timeout.
     for q in pending.values():
         for i in q:
-            if not withdrawn[i]:
+            if withdrawn_first(i):
+                withdrawn[i] = True
+            else:
                 gave_up[i] = True
     span = t_end - t_start
     waits = (start - np.asarray([p.arrival for p in pods]))[np.isfinite(start)]

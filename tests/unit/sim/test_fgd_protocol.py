@@ -187,3 +187,30 @@ def test_default_trace_bestfit_seed42_close_to_published() -> None:
     trace = load_trace(SHARED, "openb_pod_list_default.csv")
     run = run_seed(trace, "BestFit", 42, REG)
     assert abs((100 - run.curve()[100]) - 7.14) < 0.6
+
+
+def test_discrete_curve_rounds_half_to_even() -> None:
+    # 0.5 % and 2.5 % round down to 0 and 2 (half to even), 1.5 % up to 2, as Python's round.
+    c = discrete_curve(np.array([5, 15, 25], np.int64), np.array([1, 2, 4], np.int64), 1000)
+    assert c[0] == 0.1 and c[2] == 0.3  # 2: mean of 0.2 and 0.4
+    assert c[1] == 0.23  # no sample rounds to 1: neighbours 0..2, mean of the three, rounded
+
+
+def test_stat_is_population_std_and_outputs_have_the_documented_shape(tmp_path: Path) -> None:
+    from gpusched.sim.fgd_protocol import Placement, SeedRun, Stat
+
+    s = Stat.of([4.0, 6.0])
+    assert s.mean == 5.0 and s.std == 1.0  # population, not sample (1.41)
+    run = SeedRun("FGD", 42, np.array([100], np.int64), np.array([10], np.int64), 100, 1.0)
+    run.placements = [Placement(0, "p0", "n1", (0, 3), (1000, 1000)), Placement(1, "p1", "")]
+    path = fgd_report.write_placements(tmp_path, run)
+    assert path.name == "FGD-42.csv"
+    assert path.read_text().splitlines() == [
+        "seq,pod,node,gpu_ids,gpu_milli",
+        "0,p0,n1,0|3,1000|1000",
+        "1,p1,,,",
+    ]
+    data = fgd_report.to_json("t", [PolicyResult("FGD", [run])], {})
+    assert data["policies"]["FGD"]["unallocated_pct_at_100"] == {"mean": 90.0, "std": 0.0}
+    fgd_report.write_plot(tmp_path / "c.png", "t", [PolicyResult("FGD", [run])])
+    assert (tmp_path / "c.png").read_bytes()[:4] == b"\x89PNG"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
+import numpy as np
 import pytest
 
 from gpusched.plugins import default_registry
@@ -165,3 +166,70 @@ def test_a_seed_reproduces_the_result() -> None:
     b = dataclasses.replace(_run(pods, nodes, ReplayConfig(), seed=5), seconds=0.0)
     assert repr(a) == repr(b)  # NaN-safe equality
     assert a.started > 0
+
+
+def test_timeout_before_withdrawal_counts_as_given_up() -> None:
+    # c gives up at 50 + 600 = 650, before its trace deletion at 900; the departures at
+    # 1000 are the first time anyone looks at it: still given up, not withdrawn.
+    pods = [
+        _pod("a", 0, 1000, gpus=2, cpu=1000),
+        _pod("b", 0, 1000, gpus=2, cpu=2000),
+        _pod("c", 50, 900, gpus=2, cpu=3000),
+        _pod("z", 60, 5000, gpus=0),  # the trace's last deletion: a and b do leave
+    ]
+    run = _run(pods, _nodes(2, 2), ReplayConfig(timeout_s=600))
+    assert run.retries == 0 and math.isnan(run.starts["c"])
+    assert run.gave_up == 1 and run.withdrawn == 0
+
+
+def test_waiting_pods_at_the_end_are_classified_by_their_first_deadline() -> None:
+    # a and b never leave, so nothing ever retries c (deleted by the trace 30 s after it
+    # arrived: withdrawn) nor d (never deleted: gives up at its timeout).
+    pods = [
+        _pod("a", 0, None, gpus=2, cpu=1000),
+        _pod("b", 0, None, gpus=2, cpu=2000),
+        # Pending in the trace (never placed there), so not kept to the end.
+        dataclasses.replace(_pod("c", 50, 80, gpus=2, cpu=3000), pod_phase="Pending"),
+        _pod("d", 60, None, gpus=2, cpu=4000),
+    ]
+    run = _run(pods, _nodes(2, 2), ReplayConfig(timeout_s=600))
+    assert run.withdrawn == 1 and run.gave_up == 1
+
+
+def test_gang_spread_only_while_all_pods_run() -> None:
+    # One 1-card node: j0 runs 0..10, j1 (same job) starts at 10 once j0 has left, so the
+    # job never has all its pods running at once: no spread interval.
+    pods = [_pod("j0", 0, 10), _pod("j1", 0, 500), _pod("cpu", 100, 2000, gpus=0)]
+    run = _run(pods, _nodes(1, 1), ReplayConfig())
+    assert run.multi_jobs == 1 and run.starts["j1"] == 10
+    assert run.jitter_jobs == 0 and math.isnan(run.jitter_pct)
+
+
+def test_gang_spread_is_over_distinct_nodes_and_the_job_s_whole_run() -> None:
+    # A 3-pod job fills a 2-card node and a 1-card node from 0 to 1000 (two pods on one
+    # node). The spread is (max - min) over the two nodes as % of the two nodes' mean, and
+    # it is averaged over the job's whole run, not only the window [first departure, last
+    # arrival] = [50, 100] of the cluster-wide figures.
+    nodes = [TraceNode("n0", 32000, 65536, 2, "T4"), TraceNode("n1", 32000, 65536, 1, "T4")]
+    pods = [_pod(f"j{i}", 0, 1000) for i in range(3)]
+    pods += [_pod("early", 0, 50, gpus=0), _pod("cpu", 100, 2000, gpus=0)]
+    cfg = ReplayConfig()
+    idle = rack_layout(nodes, 3, cfg).idle_temperatures
+    run = _run(pods, nodes, cfg)
+    hot = [idle["n0"] + LOAD_RISE_C, idle["n1"] + LOAD_RISE_C]
+    assert run.jitter_jobs == 1
+    assert run.jitter_pct == pytest.approx(100 * abs(hot[0] - hot[1]) / (sum(hot) / 2), rel=1e-4)
+    # Only the job's own run counts: a job running entirely after the window is measured.
+    late = [_pod("x", 0, 10, gpus=0), _pod("y", 5, 20, gpus=0), _pod("z", 6, 5000, gpus=0, cpu=500)]
+    late += [_pod(f"k{i}", 30, 900) for i in range(3)]
+    # window = [first departure 10, last arrival 30]: the job starts at 30, at the end.
+    run = _run(late, nodes, cfg)
+    assert run.jitter_jobs == 1
+
+
+def test_weighted_p99_of_the_hottest_node() -> None:
+    from gpusched.sim.replay import _weighted_quantile
+
+    v = np.asarray([50.0, 80.0])
+    assert _weighted_quantile(v, np.asarray([99.5, 0.5]), 0.99) == 50.0
+    assert _weighted_quantile(v, np.asarray([98.0, 2.0]), 0.99) == 80.0
