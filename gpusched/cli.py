@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from rich.console import Console
 from rich.progress import (
@@ -20,14 +20,59 @@ from rich.table import Table
 DEMO_PROFILES = ("ai-scheduler", "least-allocated", "most-allocated")
 
 
+def _fail(command: str, message: str) -> int:
+    print(f"gpusched {command}: {message}", file=sys.stderr)
+    return 2
+
+
+def _trace_problem(args: argparse.Namespace) -> str | None:
+    """What is wrong with --trace-dir and the output paths, found before a run that may take
+    minutes (a missing output directory used to fail only after it, with a traceback)."""
+    from pathlib import Path
+
+    if args.trace_dir is not None and not Path(args.trace_dir).is_dir():
+        what = "does not exist" if not Path(args.trace_dir).exists() else "is not a directory"
+        return (
+            f"--trace-dir {args.trace_dir} {what}; pass the directory of the openb CSV files"
+            " (e.g. ../shared/traces/openb)"
+        )
+    for flag in ("json_out", "curves_out", "plot_out"):
+        value = getattr(args, flag)
+        if value is None:
+            continue
+        parent = Path(value).parent
+        if not parent.is_dir():
+            return (
+                f"--{flag.replace('_', '-')} {value}: directory {parent} does not exist;"
+                " create it or write elsewhere"
+            )
+    return None
+
+
 def _cmd_simulate(args: argparse.Namespace) -> int:
-    if args.protocol == "fgd":
-        return _cmd_simulate_fgd(args)
-    if args.protocol == "replay":
+    if args.protocol == "demo":
+        return _cmd_simulate_demo(args)
+    from gpusched.config import ConfigError
+    from gpusched.sim.openb import TraceFormatError
+
+    problem = _trace_problem(args)
+    if problem is not None:
+        return _fail("simulate", problem)
+    try:
+        if args.protocol == "fgd":
+            return _cmd_simulate_fgd(args)
         from gpusched.sim.replay_report import replay_main
 
         return replay_main(args)
-    return _cmd_simulate_demo(args)
+    except FileNotFoundError as exc:
+        # openb.py: "trace file not found: DIR/FILE"
+        return _fail("simulate", f"{exc}; check --trace-dir and --pods")
+    except TraceFormatError as exc:
+        return _fail("simulate", f"malformed trace: {exc}; fix the file or pass another --pods")
+    except ConfigError as exc:
+        return _fail("simulate", f"--config: {exc}")
+    except OSError as exc:
+        return _fail("simulate", f"{exc.filename or ''}: {exc.strerror or exc}")
 
 
 def _cmd_simulate_fgd(args: argparse.Namespace) -> int:
@@ -56,13 +101,17 @@ def _cmd_simulate_fgd(args: argparse.Namespace) -> int:
     registry = default_registry()
     # Profiles of a configuration file are measured as policies named by schedulerName.
     own = (
-        {p.scheduler_name: p for p in load_config(args.config, registry).profiles}
+        {p.scheduler_name: p for p in load_config(Path(args.config), registry).profiles}
         if (args.config)
         else {}
     )
     if args.policies:
         names = [n.strip() for n in args.policies.split(",") if n.strip()]
-        policies = [n if n in own else parse_policies(n)[0] for n in names]
+        try:
+            policies = [n if n in own else parse_policies(n)[0] for n in names]
+        except KeyError as exc:
+            extra = f", or a --config profile: {', '.join(own)}" if own else ""
+            return _fail("simulate", f"--policies: {exc.args[0]}{extra}")
     else:
         policies = [*POLICIES, *own]
     ref_dir = args.reference_dir or Path(args.trace_dir).resolve().parent.parent / "reference"
@@ -176,7 +225,7 @@ def _table(results: Sequence[object]) -> Table:
         "8-card whole-node job success",
         lambda r: f"{r.whole_node_success_pct:.1f}% ({r.whole_node_jobs_ok}/{r.whole_node_jobs})",
     )
-    row("job pods in their most common rack", lambda r: f"{r.same_rack_pct:.1f}%")
+    row("multi-pod jobs: pods in top rack (mean)", lambda r: f"{r.same_rack_pct:.1f}%")
     row("hottest node at the end", lambda r: f"{r.hottest_used_c:.1f} °C")
     row("scheduling time per pod", lambda r: f"{r.us_per_pod:.0f} µs")
     return table
@@ -205,6 +254,54 @@ def _bool_flag(value: str) -> bool:
     raise argparse.ArgumentTypeError(f"expected true or false, got {value!r}")
 
 
+def _number(
+    kind: type[int] | type[float], lo: float, hi: float, what: str
+) -> Callable[[str], int | float]:
+    """An argparse type: a finite `kind` within [lo, hi] (argparse adds the flag's name)."""
+
+    def parse(text: str) -> int | float:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+        if not lo <= value <= hi:  # also false for nan
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
+        return value
+
+    return parse
+
+
+_POSITIVE_INT = _number(int, 1, float("inf"), "a whole number >= 1")
+_NON_NEGATIVE_INT = _number(int, 0, float("inf"), "a whole number >= 0")
+_POSITIVE_FLOAT = _number(float, 1e-9, float("inf"), "a number > 0")
+_FRACTION = _number(float, 1e-9, 1.0, "a fraction in (0, 1]")
+_PORT = _number(int, 0, 65535, "a port number 0-65535 (0: off)")
+
+
+def _seeds(text: str) -> str:
+    """Checked here, kept as text: --protocol fgd and replay have different defaults."""
+    from gpusched.sim.fgd_protocol import parse_seeds
+
+    try:
+        parse_seeds(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+def _profiles(text: str) -> tuple[str, ...]:
+    from gpusched.config.defaults import builtin_profiles
+
+    names = tuple(n.strip() for n in text.split(",") if n.strip())
+    known = builtin_profiles()
+    unknown = [n for n in names if n not in known]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            f"unknown built-in profile(s) {unknown or [text]} (known: {', '.join(known)})"
+        )
+    return names
+
+
 def _cmd_check_config(args: argparse.Namespace) -> int:
     from gpusched.config import check_config_main
     from gpusched.plugins import default_registry
@@ -218,17 +315,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     sim = sub.add_parser("simulate", help="run the scheduler over a simulated cluster")
     sim.add_argument("--seed", type=int, default=1)
-    sim.add_argument("--racks", type=int, default=16)
-    sim.add_argument("--nodes-per-rack", type=int, default=8)
+    sim.add_argument("--racks", type=_POSITIVE_INT, default=16)
+    sim.add_argument("--nodes-per-rack", type=_POSITIVE_INT, default=8)
     sim.add_argument(
         "--load",
-        type=float,
+        type=_POSITIVE_FLOAT,
         default=1.1,
         help="GPU demand of the workload as a multiple of capacity",
     )
     sim.add_argument(
         "--profiles",
-        type=lambda s: tuple(s.split(",")),
+        type=_profiles,
         default=DEMO_PROFILES,
         help="comma-separated built-in profiles",
     )
@@ -242,7 +339,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     fgd.add_argument("--trace-dir", help="directory of the openb CSV files")
     fgd.add_argument("--pods", default="openb_pod_list_default.csv", help="pod list file")
-    fgd.add_argument("--seeds", help="e.g. 42-51 or 42,43 (default: fgd 42-51, replay 1)")
+    fgd.add_argument(
+        "--seeds", type=_seeds, help="e.g. 42-51 or 42,43 (default: fgd 42-51, replay 1)"
+    )
     fgd.add_argument(
         "--policies",
         help="comma-separated: Random, DotProduct, GpuPacking, GpuClustering, BestFit, FGD,"
@@ -268,13 +367,17 @@ def build_parser() -> argparse.ArgumentParser:
     fgd.add_argument("--plot-out", help="write allocation vs arrived demand (PNG)")
     fgd.add_argument("--placements-out", help="write DIR/<policy>-<seed>.csv placements")
     rep = sim.add_argument_group("replay (docs/replay-results.md; also --seeds, --policies)")
-    rep.add_argument("--timeout", type=float, default=600.0, help="seconds a pod may wait")
-    rep.add_argument("--job-window", type=int, default=1, help="seconds between a job's pods")
     rep.add_argument(
-        "--time-compression", type=float, default=1.0, help="divide arrival times by this"
+        "--timeout", type=_POSITIVE_FLOAT, default=600.0, help="seconds a pod may wait"
     )
     rep.add_argument(
-        "--cluster-fraction", type=float, default=1.0, help="share of each SKU's nodes to keep"
+        "--job-window", type=_NON_NEGATIVE_INT, default=1, help="seconds between a job's pods"
+    )
+    rep.add_argument(
+        "--time-compression", type=_POSITIVE_FLOAT, default=1.0, help="divide arrival times by this"
+    )
+    rep.add_argument(
+        "--cluster-fraction", type=_FRACTION, default=1.0, help="share of each SKU's nodes to keep"
     )
     sim.set_defaults(func=_cmd_simulate)
 
@@ -282,7 +385,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--config", help="scheduler configuration YAML (default: built-in profile)")
     run.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, then $KUBECONFIG)")
     run.add_argument(
-        "--metrics-port", type=int, default=10259, help="/healthz /readyz /metrics; 0 = off"
+        "--metrics-port", type=_PORT, default=10259, help="/healthz /readyz /metrics; 0 = off"
     )
     run.add_argument("--log-level", default="info", help="debug, info, warning, error")
     run.add_argument(

@@ -286,6 +286,10 @@ def _read(source: Source) -> tuple[object, str]:
             text = Path(path).read_text(encoding="utf-8")
         except OSError as exc:
             raise ConfigError(path, f"cannot read the file: {exc.strerror or exc}") from None
+        except UnicodeDecodeError as exc:
+            raise ConfigError(
+                path, f"not a UTF-8 text file (byte {exc.start}: {exc.reason}); save it as UTF-8"
+            ) from None
         return _parse_yaml(text, path), path
     return _parse_yaml(source, "<text>"), "<text>"
 

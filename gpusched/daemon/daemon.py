@@ -178,6 +178,9 @@ class Daemon:
             await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
             if not synced.done():
                 synced.cancel()
+                # Retrieve the cancellation, or asyncio prints "_GatheringFuture exception
+                # was never retrieved" with a traceback on a SIGTERM before the first sync.
+                await asyncio.gather(synced, return_exceptions=True)
                 return
             stop.cancel()
             self.log.info(
@@ -337,6 +340,10 @@ class Daemon:
         try:
             self.cache.upsert_node(node)
         except ValueError as exc:
+            if old is not None:  # ignored means unused: not its previous row either
+                self._nodes.pop(name, None)
+                self.cache.remove_node(name)
+                self.queue.move_all(ClusterEvent.NODE_DELETE)
             self._node_warning(node, f"node ignored: {exc}")
             return
         self._nodes[name] = node

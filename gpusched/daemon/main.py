@@ -9,6 +9,9 @@ import signal
 import socket
 import sys
 from dataclasses import dataclass
+from pathlib import Path
+
+import aiohttp
 
 from gpusched.config import (
     ConfigError,
@@ -19,7 +22,7 @@ from gpusched.config import (
 )
 from gpusched.core.runtime.registry import Registry
 from gpusched.daemon.daemon import Daemon, DaemonOptions, Logger
-from gpusched.kube.client import Kube
+from gpusched.kube.client import ApiError, Kube
 from gpusched.observability.logging import make_logger
 from gpusched.observability.metrics import Metrics, serve
 from gpusched.plugins import default_registry
@@ -37,7 +40,8 @@ class RunArgs:
 def effective_config(args: RunArgs, registry: Registry) -> SchedulerConfig:
     """The --config file (or the built-in profile), validated, with the flags applied.
     Raises ConfigError or OSError."""
-    config = load_config(args.config, registry) if args.config else default_config(registry)
+    # A Path: --config is a file whatever its suffix, never YAML text.
+    config = load_config(Path(args.config), registry) if args.config else default_config(registry)
     validate_profiles(config, registry)
     if args.leader_elect is not None:
         # The flag wins over the file, as kube-scheduler's --leader-elect does.
@@ -55,7 +59,7 @@ def run_main(args: RunArgs) -> int:
     except ConfigError as exc:
         print(
             f"gpusched run: invalid configuration {args.config or '(built-in)'}:\n{exc}\n"
-            "Fix the field named above (`gpusched check-config FILE` checks a file).",
+            "Fix what is named above (`gpusched check-config FILE` checks a file).",
             file=sys.stderr,
         )
         return 2
@@ -70,20 +74,83 @@ def run_main(args: RunArgs) -> int:
     return asyncio.run(_run(args, config, registry, logger))
 
 
+_CONNECT_HINT = (
+    "Pass --kubeconfig FILE (after `make cluster-up`: .cluster/kubeconfig), or run in a pod"
+    " with a ServiceAccount."
+)
+PREFLIGHT_TIMEOUT_S = 15.0
+
+
+def missing_connection(kubeconfig: str | None) -> str | None:
+    """Why no cluster connection can be loaded, checked before kubernetes_asyncio tries (it
+    reports a missing file as "Expected key current-context"); None if there is a candidate."""
+    if kubeconfig is not None:
+        path = Path(kubeconfig).expanduser()
+        if not path.exists():
+            return f"--kubeconfig {kubeconfig}: file not found"
+        if not path.is_file():
+            return f"--kubeconfig {kubeconfig}: not a file"
+        return None
+    if os.environ.get("KUBERNETES_SERVICE_HOST"):
+        return None  # in a pod: in-cluster config
+    env = os.environ.get("KUBECONFIG")
+    if env:
+        if any(Path(f).expanduser().is_file() for f in env.split(os.pathsep) if f):
+            return None
+        return f"$KUBECONFIG={env} names no existing file"
+    home = Path("~/.kube/config").expanduser()
+    if not home.is_file():
+        return (
+            "not running in a pod (KUBERNETES_SERVICE_HOST is unset), $KUBECONFIG is unset,"
+            f" and {home} does not exist"
+        )
+    return None
+
+
+async def preflight(kube: Kube, where: str) -> str | None:
+    """One GET /version: an unreachable server or rejected credentials are reported at start
+    (the watches would otherwise retry them in the log forever). None if the server answers."""
+    try:
+        await kube.request("GET", "/version", timeout=PREFLIGHT_TIMEOUT_S)
+    except ApiError as exc:
+        if exc.status == 401:
+            return (
+                f"the API server {kube.host} rejected the credentials from {where}"
+                " (HTTP 401 Unauthorized): the token or client certificate is wrong or expired."
+                " Get a fresh kubeconfig (`make cluster-up` writes .cluster/kubeconfig)."
+            )
+        return f"the API server {kube.host} (from {where}) answered GET /version with {exc}"
+    except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+        return (
+            f"cannot reach the API server {kube.host} (from {where}):"
+            f" {exc or type(exc).__name__}. Check that the server is running and that the"
+            " kubeconfig's server address is right."
+        )
+    return None
+
+
 async def _run(args: RunArgs, config: SchedulerConfig, registry: Registry, log: Logger) -> int:
+    problem = missing_connection(args.kubeconfig)
+    if problem is not None:
+        print(f"gpusched run: no cluster connection: {problem}.\n{_CONNECT_HINT}", file=sys.stderr)
+        return 1
+    where = args.kubeconfig or "in-cluster config / $KUBECONFIG / ~/.kube/config"
     try:
         kube = await Kube.connect(args.kubeconfig)
     except Exception as exc:
-        where = args.kubeconfig or "in-cluster config / $KUBECONFIG / ~/.kube/config"
         print(
             f"gpusched run: cannot load the cluster connection from {where}: {exc}\n"
-            "Pass --kubeconfig FILE, or run in a pod with a ServiceAccount.",
+            f"{_CONNECT_HINT}",
             file=sys.stderr,
         )
         return 1
     metrics = Metrics()
     instance = os.environ.get("POD_NAME") or socket.gethostname()
     async with kube:
+        problem = await preflight(kube, where)
+        if problem is not None:
+            print(f"gpusched run: {problem}", file=sys.stderr)
+            return 1
         daemon = Daemon(
             kube,
             config,

@@ -13,6 +13,7 @@ UnschedulableAndUnresolvable status (the pod stays pending with an Event that sa
 
 from __future__ import annotations
 
+import difflib
 import enum
 import re
 from collections.abc import Mapping, Sequence
@@ -168,6 +169,10 @@ def pod_resource_requests(spec: Mapping[str, Any], errors: list[str]) -> dict[st
 
 
 _INTEGER = re.compile(r"[+-]?[0-9]+")
+# No annotation count or size is near this; beyond int64 the kernels cannot take the value.
+MAX_ANNOTATION_INT = 2**31 - 1
+_OWN_PREFIX = keys.GPU_MILLI.split("/", 1)[0] + "/"
+_LABEL_KEYS = (keys.TENANT_LABEL, keys.RACK_LABEL, keys.SPINE_LABEL)
 
 
 def _int_annotation(
@@ -182,11 +187,25 @@ def _int_annotation(
         errors.append(f"annotation {key}={raw!r} is not an integer")
         return 0
     value = int(text)
-    if value < lo or (hi is not None and value > hi):
-        bound = f"{lo}-{hi}" if hi is not None else f">= {lo}"
+    if value < lo or value > (hi if hi is not None else MAX_ANNOTATION_INT):
+        bound = f"{lo}-{hi}" if hi is not None else f"{lo}-{MAX_ANNOTATION_INT}"
         errors.append(f"annotation {key}={raw!r} is out of range ({bound})")
         return 0
     return value
+
+
+def _unknown_annotations(ann: Mapping[str, str], errors: list[str]) -> None:
+    """A gpusched.io/ key the parser does not know is a typo (gpu-mili) that would otherwise
+    place the pod as if it asked for nothing."""
+    for key in ann:
+        if not str(key).startswith(_OWN_PREFIX) or key in keys.POD_ANNOTATIONS:
+            continue
+        if key in _LABEL_KEYS:
+            errors.append(f"{key} is a label, not an annotation: set it in metadata.labels")
+            continue
+        close = difflib.get_close_matches(str(key), keys.POD_ANNOTATIONS, n=1)
+        hint = f"did you mean {close[0]}?" if close else f"known: {', '.join(keys.POD_ANNOTATIONS)}"
+        errors.append(f"unknown annotation {key}={ann[key]!r} ({hint})")
 
 
 def _parse_time(raw: Any) -> float:
@@ -219,6 +238,7 @@ def pod_from_k8s(obj: Mapping[str, Any]) -> PodInfo:
     ann: Mapping[str, str] = meta.get("annotations") or {}
     namespace = str(meta.get("namespace", "default"))
     errors: list[str] = []
+    _unknown_annotations(ann, errors)
 
     totals = pod_resource_requests(spec, errors)
     cards = totals.get(keys.GPU_RESOURCE, 0)

@@ -313,15 +313,24 @@ class PolicyResult:
 
 
 def parse_seeds(text: str) -> list[int]:
-    """``42-51`` or ``42,43`` (or a mix)."""
+    """``42-51`` or ``42,43`` (or a mix); ValueError naming the text otherwise."""
     out: list[int] = []
     for raw in text.split(","):
         part = raw.strip()
-        if "-" in part[1:]:
-            lo, hi = part.split("-", 1)
-            out.extend(range(int(lo), int(hi) + 1))
-        elif part:
-            out.append(int(part))
+        try:
+            if "-" in part[1:]:
+                lo, hi = (int(x) for x in part.split("-", 1))
+                if hi < lo:
+                    raise ValueError
+                out.extend(range(lo, hi + 1))
+            elif part:
+                out.append(int(part))
+        except ValueError:
+            raise ValueError(
+                f"--seeds {text!r}: {part!r} is not a seed or a range LO-HI (e.g. 42-51 or 42,43)"
+            ) from None
+    if not out:
+        raise ValueError(f"--seeds {text!r}: no seeds (e.g. 42-51 or 42,43)")
     return out
 
 

@@ -149,9 +149,12 @@ class Snapshot:
         bench/kernels.py).
         """
         if len(node.cards) > self.max_cards:
+            from gpusched.config.defaults import MAX_CARDS_LIMIT  # here: config imports us
+
             raise ValueError(
-                f"node {node.name} has {len(node.cards)} cards; the snapshot holds {self.max_cards}"
-                " per node (raise max_cards)"
+                f"node {node.name} has {len(node.cards)} cards, more than maxCardsPerNode"
+                f" ({self.max_cards}); raise maxCardsPerNode in the scheduler configuration"
+                f" (at most {MAX_CARDS_LIMIT})"
             )
         row = self.rows.get(node.name)
         if row is None:

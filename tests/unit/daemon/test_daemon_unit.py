@@ -402,3 +402,63 @@ def test_kernel_warm_up_schedules_a_throwaway_workload_with_every_profile() -> N
     registry = default_registry()
     config = default_config(registry)
     assert warm_kernels(config, registry) > 0
+
+
+async def test_stop_before_the_first_sync_leaves_no_unretrieved_exception(
+    daemon: tuple[Daemon, FakeWriter], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SIGTERM while the watches still retry (an unreachable server) must stop quietly: no
+    "_GatheringFuture exception was never retrieved" traceback on stderr."""
+    import gc
+
+    d, _ = daemon
+
+    async def never_synced() -> None:
+        await asyncio.Event().wait()
+
+    monkeypatch.setattr(d.node_watch, "run", never_synced)
+    monkeypatch.setattr(d.pod_watch, "run", never_synced)
+    loop = asyncio.get_running_loop()
+    reported: list[dict[str, Any]] = []
+    loop.set_exception_handler(lambda _loop, context: reported.append(context))
+    try:
+        d.stop()  # before the sync: run() takes the same path as a SIGTERM while waiting
+        await asyncio.wait_for(d.run(), GUARD)
+        gc.collect()  # an unretrieved exception is reported when its future is collected
+    finally:
+        loop.set_exception_handler(None)
+    assert not d.failed
+    assert [c.get("message") for c in reported] == []
+
+
+async def test_a_node_with_more_cards_than_max_cards_per_node_is_reported_with_the_setting(
+    daemon: tuple[Daemon, FakeWriter], stream: io.StringIO
+) -> None:
+    """The warning names the configuration field a user can raise, not an internal name."""
+    d, _ = daemon
+    raw = node_object(NodeSpec("big", 16, "A100M80", 8000, 16384, "r", "s"))
+    raw["metadata"]["uid"] = "node-big"
+    d.node_watch._line(event_line("ADDED", raw))
+    warnings = [e for e in _events(stream) if e.get("node") == "big"]
+    assert len(warnings) == 1, warnings
+    text = warnings[0]["warning"]
+    assert "node ignored" in text and "16 cards" in text
+    assert "maxCardsPerNode" in text and "(8)" in text and "63" in text
+    assert "big" not in d.cache.snapshot.rows
+
+
+async def test_a_node_that_grows_past_max_cards_per_node_is_no_longer_used(
+    daemon: tuple[Daemon, FakeWriter], stream: io.StringIO
+) -> None:
+    """ "node ignored" must hold for a node already known too: its old 8-card row would
+    otherwise keep taking pods on cards that no longer match the node."""
+    d, _ = daemon
+    raw = node_object(NodeSpec("grown", 8, "A100M80", 8000, 16384, "r", "s"))
+    raw["metadata"]["uid"] = "node-grown"
+    d.node_watch._line(event_line("ADDED", raw))
+    assert "grown" in d.cache.snapshot.rows
+    raw = node_object(NodeSpec("grown", 16, "A100M80", 8000, 16384, "r", "s"))
+    raw["metadata"]["uid"] = "node-grown"
+    d.node_watch._line(event_line("MODIFIED", raw))
+    assert "grown" not in d.cache.snapshot.rows
+    assert any("node ignored" in e.get("warning", "") for e in _events(stream))

@@ -133,6 +133,19 @@ def test_shared_gpu_annotations() -> None:
         ({keys.LAST_CHECKPOINT: "yesterday"}, "not an RFC 3339 time"),
         ({keys.CHECKPOINT_INTERVAL: "0"}, "checkpoint-interval-seconds='0' is out of range"),
         ({keys.GPU_IDS: "0,a"}, "gpusched.io/gpu-ids='0,a'"),
+        # Beyond int64 the kernels cannot even take it (numba TypingError, "scheduler error").
+        (
+            {keys.GPU_MEMORY_MIB: "99999999999999999999999"},
+            "gpusched.io/gpu-memory-mib='99999999999999999999999' is out of range",
+        ),
+        ({keys.GANG_NAME: "g", keys.GANG_TOTAL: "9" * 30}, "gang-total='999"),
+        ({keys.CHECKPOINT_INTERVAL: "9" * 30}, "checkpoint-interval-seconds='999"),
+        # A typo would otherwise place a GPU pod as a CPU-only pod without a word.
+        (
+            {"gpusched.io/gpu-mili": "250"},
+            "unknown annotation gpusched.io/gpu-mili='250' (did you mean gpusched.io/gpu-milli?)",
+        ),
+        ({"gpusched.io/tenant": "a"}, "gpusched.io/tenant is a label, not an annotation"),
     ],
 )
 def test_malformed_annotations_become_errors_naming_key_and_value(
@@ -176,3 +189,19 @@ def test_gang_and_identity() -> None:
     assert q.gang is not None and q.gang.min_member == 4
     assert q.job_id == "job-7"
     assert q.tenant == "ns"
+
+
+def test_huge_values_are_rejected_before_they_reach_the_kernels() -> None:
+    p = pod_from_k8s(pod([c("1")], annotations={keys.GPU_MEMORY_MIB: str(2**63)}))
+    assert p.request.gpu_mem_mib == 0 and p.errors
+
+
+def test_other_prefixes_and_known_keys_are_not_flagged() -> None:
+    ann = {
+        keys.GPU_MILLI: "250",
+        keys.GPU_IDS: "0",
+        keys.GPU_MILLI_ASSIGNED: "250",
+        "example.com/anything": "x",
+        "kubectl.kubernetes.io/last-applied-configuration": "{}",
+    }
+    assert pod_from_k8s(pod([c("1")], annotations=ann)).errors == ()
