@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Iterator
 
-from gpusched.core.queue.info import QueuedPodInfo
+from gpusched.core.queue.info import PodMap, QueuedPodInfo
 
 
 def backoff_duration(attempts: int, initial: float, maximum: float) -> float:
@@ -22,10 +21,10 @@ def backoff_duration(attempts: int, initial: float, maximum: float) -> float:
     return min(maximum, initial * 2.0 ** min(attempts - 1, 60))
 
 
-class BackoffQueue:
+class BackoffQueue(PodMap):
     def __init__(self) -> None:
+        super().__init__()
         self._heap: list[tuple[float, int, str]] = []
-        self._by_uid: dict[str, QueuedPodInfo] = {}
         self._seq = itertools.count()
 
     def push(self, info: QueuedPodInfo) -> None:
@@ -56,18 +55,3 @@ class BackoffQueue:
                 return until
             heapq.heappop(self._heap)
         return None
-
-    def remove(self, uid: str) -> QueuedPodInfo | None:
-        return self._by_uid.pop(uid, None)
-
-    def get(self, uid: str) -> QueuedPodInfo | None:
-        return self._by_uid.get(uid)
-
-    def __len__(self) -> int:
-        return len(self._by_uid)
-
-    def __contains__(self, uid: str) -> bool:
-        return uid in self._by_uid
-
-    def __iter__(self) -> Iterator[QueuedPodInfo]:
-        return iter(list(self._by_uid.values()))

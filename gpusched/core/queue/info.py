@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from gpusched.model.pod import PodInfo
@@ -15,7 +16,7 @@ class QueuedPodInfo:
     attempts: int = 0
     # Plugins that rejected the pod in its last attempt: the requeue hint checks them.
     rejected_by: frozenset[str] = frozenset()
-    # Set while the pod is in flight when a newer version of it arrives from the watch.
+    # The pod was deleted while in flight: its attempt's result is dropped, not requeued.
     deleted: bool = False
     # The queue's move counter when the pod was popped: a move since then means the
     # cluster changed during the attempt, so an unschedulable result may be stale.
@@ -29,3 +30,26 @@ class QueuedPodInfo:
     @property
     def uid(self) -> str:
         return self.pod.uid
+
+
+class PodMap:
+    """Queued pods by uid: the bookkeeping backoffQ and the unschedulable pods share."""
+
+    def __init__(self) -> None:
+        self._by_uid: dict[str, QueuedPodInfo] = {}
+
+    def remove(self, uid: str) -> QueuedPodInfo | None:
+        return self._by_uid.pop(uid, None)
+
+    def get(self, uid: str) -> QueuedPodInfo | None:
+        return self._by_uid.get(uid)
+
+    def __len__(self) -> int:
+        return len(self._by_uid)
+
+    def __contains__(self, uid: str) -> bool:
+        return uid in self._by_uid
+
+    def __iter__(self) -> Iterator[QueuedPodInfo]:
+        # A copy: callers move pods to other sub-queues while iterating.
+        return iter(list(self._by_uid.values()))

@@ -15,8 +15,7 @@ from gpusched.framework.cycle_state import CycleState
 from gpusched.framework.interfaces import Handle, Rows, Scores
 from gpusched.model.pod import PodInfo
 from gpusched.plugins.fgd_score.args import FGDScoreArgs
-from gpusched.plugins.fgd_score.target import FragCache
-from gpusched.plugins.gpu_fit.state import CARD_HINT, GPU_REQUEST
+from gpusched.plugins.fgd_score.target import FragCache, score_placements
 
 NEUTRAL = 50.0
 
@@ -34,25 +33,7 @@ class FGDScore:
     def score(self, state: CycleState, pod: PodInfo, rows: Rows) -> Scores:
         if not self.cache.classes:
             return np.full(len(rows), NEUTRAL)
-        snap = self.handle.snapshot
-        req = pod.request
-        request = state.get(GPU_REQUEST)
-        allowed = request.allowed if request is not None else snap.allowed_models(req.gpu_models)
-        value, card = self.cache.delta(
-            snap,
-            rows,
-            cpu=req.cpu_milli,
-            milli=req.gpu_milli if not req.gpu_cards else 1000,
-            cards=req.gpu_cards,
-            allowed=allowed,
-            quantize=self.args.quantize,
+        scores, _ = score_placements(
+            self.cache, state, self.handle.snapshot, pod, rows, quantize=self.args.quantize
         )
-        if req.gpu_cards == 0 and req.gpu_milli > 0:
-            hint = np.full(snap.capacity, -1, np.int16)
-            hint[rows] = card
-            state.write(CARD_HINT, hint)
-        if self.args.quantize:
-            return value
-        # Unquantised: the same sigmoid without the truncation, still in [0, 100].
-        out: Scores = 100.0 / (1.0 + np.exp(-np.clip(value, -5e5, 5e5) / 1000.0))
-        return out
+        return scores

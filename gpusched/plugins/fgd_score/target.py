@@ -15,9 +15,13 @@ import numpy as np
 from numpy.typing import NDArray
 
 from gpusched.core.cache.snapshot import Snapshot
-from gpusched.framework.interfaces import Rows
+from gpusched.framework.cycle_state import CycleState
+from gpusched.framework.interfaces import Rows, Scores
 from gpusched.kernels.dispatch import pick
 from gpusched.kernels.fgd import fgd_delta_nb, fgd_delta_np, fgd_refresh_nb, fgd_refresh_np
+from gpusched.model.node import FULL_CARD_MILLI
+from gpusched.model.pod import PodInfo
+from gpusched.plugins.gpu_fit.state import CARD_HINT, GPU_REQUEST
 
 fgd_refresh = pick(fgd_refresh_nb, fgd_refresh_np)
 fgd_delta = pick(fgd_delta_nb, fgd_delta_np)
@@ -159,3 +163,40 @@ class FragCache:
             card,
         )
         return value, card
+
+
+def score_placements(
+    cache: FragCache,
+    state: CycleState,
+    snap: Snapshot,
+    pod: PodInfo,
+    rows: Rows,
+    *,
+    quantize: bool,
+    card_by_raw: bool = False,
+) -> tuple[Scores, NDArray[np.int16]]:
+    """FGD scores in [0, 100] for `rows` and each row's best card, with the card written
+    to CARD_HINT for a shared pod (GPUFit's Reserve takes it). Shared by FGDScore and
+    GPUFragmentation, which differ only in where their target workload comes from."""
+    req = pod.request
+    request = state.get(GPU_REQUEST)
+    allowed = request.allowed if request is not None else snap.allowed_models(req.gpu_models)
+    value, card = cache.delta(
+        snap,
+        rows,
+        cpu=req.cpu_milli,
+        milli=req.gpu_milli if not req.gpu_cards else FULL_CARD_MILLI,
+        cards=req.gpu_cards,
+        allowed=allowed,
+        quantize=quantize,
+        card_by_raw=card_by_raw,
+    )
+    if req.gpu_cards == 0 and req.gpu_milli > 0:
+        hint = np.full(snap.capacity, -1, np.int16)
+        hint[rows] = card
+        state.write(CARD_HINT, hint)
+    if quantize:
+        return value, card
+    # Unquantised: the same sigmoid without the truncation, still in [0, 100].
+    out: Scores = 100.0 / (1.0 + np.exp(-np.clip(value, -5e5, 5e5) / 1000.0))
+    return out, card

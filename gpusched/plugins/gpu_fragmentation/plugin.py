@@ -19,8 +19,7 @@ from gpusched.framework.cycle_state import CycleState
 from gpusched.framework.interfaces import Handle, Rows, Scores
 from gpusched.model.node import FULL_CARD_MILLI
 from gpusched.model.pod import PodInfo
-from gpusched.plugins.fgd_score.target import FragCache
-from gpusched.plugins.gpu_fit.state import CARD_HINT, GPU_REQUEST
+from gpusched.plugins.fgd_score.target import FragCache, score_placements
 from gpusched.plugins.gpu_fragmentation.args import GPUFragmentationArgs
 from gpusched.plugins.gpu_fragmentation.learner import ShapeLearner
 
@@ -123,28 +122,16 @@ class GPUFragmentation:
         self._learn(pod)
         if not self.cache.classes:
             return np.full(len(rows), NEUTRAL)
-        snap = self.handle.snapshot
         req = pod.request
-        request = state.get(GPU_REQUEST)
-        allowed = request.allowed if request is not None else snap.allowed_models(req.gpu_models)
-        value, card = self.cache.delta(
-            snap,
+        out, card = score_placements(
+            self.cache,
+            state,
+            self.handle.snapshot,
+            pod,
             rows,
-            cpu=req.cpu_milli,
-            milli=req.gpu_milli if not req.gpu_cards else FULL_CARD_MILLI,
-            cards=req.gpu_cards,
-            allowed=allowed,
             quantize=self.args.quantize,
             card_by_raw=self.args.card_by_raw,
         )
-        if req.gpu_cards == 0 and req.gpu_milli > 0:
-            hint = np.full(snap.capacity, -1, np.int16)
-            hint[rows] = card
-            state.write(CARD_HINT, hint)
-        if self.args.quantize:
-            out: Scores = value
-        else:
-            out = 100.0 / (1.0 + np.exp(-np.clip(value, -5e5, 5e5) / 1000.0))
         if self.args.pack_weight > 0:
             out = self._pack(out, pod, rows)
         if self.args.cpu_balance_weight > 0:
