@@ -8,14 +8,14 @@ GPUSCHED_CACHE ?= $(HOME)/.cache/gpusched
 export GPUSCHED_CACHE
 STAMP := $(VENV)/.installed
 
-.PHONY: all venv bins demo demo-cluster test test-unit test-integration lint bench cluster-up cluster-down clean
+.PHONY: all venv bins demo demo-cluster test test-unit test-integration lint bench packing-bound cluster-up cluster-down clean
 
 all: test
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev,plot]'
+	$(PY) -m pip install -q -e '.[dev,plot,analysis]'
 	@touch $(STAMP)
 
 venv: $(STAMP)
@@ -69,6 +69,13 @@ lint: venv
 bench: venv
 	$(PY) bench/kernels.py
 	$(PY) bench/watch_decode.py
+
+# How low unallocated GPU can go in the FGD protocol (docs/fgd-results.md); reads the trace
+# through TRACE_DIR, never copies it.
+TRACE_DIR ?= ../shared/traces/openb
+packing-bound: venv
+	$(PY) -m gpusched.sim.packing_bound --trace-dir $(TRACE_DIR) --seeds 42-51 \
+		$(foreach t,default gpushare40 multigpu20 gpuspec10 cpu050,--pods openb_pod_list_$(t).csv)
 
 clean:
 	rm -rf $(VENV) .cluster build *.egg-info
