@@ -15,7 +15,7 @@ all: test
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev,plot,analysis]'
+	$(PY) -m pip install -q -e '.[dev,plot]'
 	@touch $(STAMP)
 
 venv: $(STAMP)

@@ -23,7 +23,7 @@ GPU models, which can only add waste:
   Not a bound: a reference for what an online packer loses against the LP.
 
 Run: ``python -m gpusched.sim.packing_bound --trace-dir ../shared/traces/openb --pods
-openb_pod_list_default.csv --seeds 42-51`` (needs the ``analysis`` extra: highspy).
+openb_pod_list_default.csv --seeds 42-51`` (``make packing-bound`` runs every trace).
 """
 
 from __future__ import annotations
@@ -38,12 +38,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpusched.model.node import FULL_CARD_MILLI
+from gpusched.plugins.gpu_fragmentation.prices import cutting_stock
 from gpusched.sim.fgd_workload import build_workload, cluster_milli_gpu
 from gpusched.sim.openb import TraceNode, TracePod
 
 FIRST_SAMPLE_AT_100 = 0.995  # round(arrived %) == 100 from 99.5 % on
-# Pricing: a column enters while its dual value exceeds 1 by more than this.
-_ENTER = 1e-9
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,32 +78,6 @@ def _unit(sizes: Sequence[int]) -> int:
     return math.gcd(FULL_CARD_MILLI, *sizes) if sizes else FULL_CARD_MILLI
 
 
-def best_pattern(
-    sizes: Sequence[int], counts: Sequence[int], values: Sequence[float]
-) -> tuple[float, list[int]]:
-    """Exact bounded knapsack: the card filling (at most counts[i] pods of sizes[i], total
-    at most 1000 milli) of largest total value, and that filling."""
-    unit = _unit(sizes)
-    cap = FULL_CARD_MILLI // unit
-    best = np.full(cap + 1, -np.inf)
-    best[0] = 0.0
-    take = np.zeros((cap + 1, len(sizes)), np.int64)
-    for i, (s, c, v) in enumerate(zip(sizes, counts, values, strict=True)):
-        if v <= 0:
-            continue
-        u = s // unit
-        for _ in range(min(c, cap // u)):
-            # One more copy of item i (0/1 knapsack per copy, descending capacity).
-            for w in range(cap, u - 1, -1):
-                cand = best[w - u] + v
-                if cand > best[w] + 1e-15:
-                    best[w] = cand
-                    take[w] = take[w - u]
-                    take[w, i] += 1
-    w = int(np.argmax(best))
-    return float(best[w]), [int(x) for x in take[w]]
-
-
 @dataclass(frozen=True, slots=True)
 class LpBound:
     bins: float  # LP optimum: fractional cards needed
@@ -116,44 +89,17 @@ class LpBound:
 
 
 def lp_bound(sizes: Sequence[int], counts: Sequence[int]) -> LpBound:
-    """Cutting-stock LP (Gilmore-Gomory) by column generation; see the module doc."""
-    try:
-        import highspy
-    except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise RuntimeError(
-            "the packing bound needs highspy: pip install -e '.[analysis]' (make venv does)"
-        ) from exc
-    total = sum(s * c for s, c in zip(sizes, counts, strict=True))
+    """The cutting-stock LP bound on packing `counts[i]` pods of `sizes[i]` milli."""
     items = [(s, c) for s, c in zip(sizes, counts, strict=True) if c > 0]
     if not items:
         return LpBound(0.0, 0.0, 0.0)
-    sz = [s for s, _ in items]
-    ct = [c for _, c in items]
-    n = len(items)
-    inf = highspy.kHighsInf
-    h = highspy.Highs()  # type: ignore[no-untyped-call]
-    h.setOptionValue("output_flag", False)
-    for i in range(n):
-        h.addRow(float(ct[i]), inf, 0, np.zeros(0, np.int32), np.zeros(0))
-
-    def add_column(pattern: Sequence[int]) -> None:
-        idx = np.array([i for i in range(n) if pattern[i] > 0], np.int32)
-        h.addCol(1.0, 0.0, inf, len(idx), idx, np.array([float(pattern[i]) for i in idx]))
-
-    for i in range(n):  # a card of one size each: a feasible start
-        add_column([min(ct[i], FULL_CARD_MILLI // sz[i]) if j == i else 0 for j in range(n)])
-    while True:
-        h.run()
-        duals = [max(0.0, float(d)) for d in h.getSolution().row_dual]
-        value, pattern = best_pattern(sz, ct, duals)
-        if value <= 1.0 + _ENTER:
-            break
-        add_column(pattern)
-    bins = float(h.getInfo().objective_function_value)
-    # Weak duality with exactly feasible duals: every card holds value <= 1 after the
-    # rescale, so sum(count * dual) cards are needed whatever the solver's tolerances.
-    lb = sum(c * d for c, d in zip(ct, duals, strict=True)) / max(1.0, value)
-    return LpBound(bins, lb, lb * FULL_CARD_MILLI - total)
+    unit = _unit([s for s, _ in items])
+    steps = FULL_CARD_MILLI // unit
+    units = np.array([s // unit for s, _ in items], np.int64)
+    demand = np.array([c for _, c in items], np.int64)
+    lp = cutting_stock(units, np.minimum(demand, steps // units), demand.astype(float), steps)
+    total = sum(s * c for s, c in items)
+    return LpBound(lp.bins, lp.lower_bound, lp.lower_bound * FULL_CARD_MILLI - total)
 
 
 def best_fit_waste(shared: Sequence[int]) -> int:

@@ -39,6 +39,15 @@ class GPUFragmentationArgs:
     # Points for keeping CPU next to idle GPU: the node's idle GPU that its remaining CPU
     # could not serve at the learnt workload's CPU per GPU is penalised (0 = off).
     cpu_balance_weight: float = 0.0
+    # Shared pods: points for the card-price rule (prices.py): the card, and the node, on
+    # which the pod loses the least of an optimal packing of the learnt size mix. At 90 it
+    # decides, and the FGD score above only breaks its near-ties (docs/fgd-results.md).
+    price_weight: float = 90.0
+    # Re-solve the prices after this many new pods (and at 1, 2, 4, ... pods).
+    price_refresh_pods: int = 512
+    # The prices see the node's CPU: its gaps count only as far as its free CPU can serve
+    # them at the learnt CPU per card of GPU, so a pod does not strand a node's GPU.
+    price_cpu: bool = True
     # Keep the simulator's quirk that CPU-only classes count all idle GPU as fragment
     # (True) or leave CPU-only shapes out of the learnt target (False).
     cpu_classes: bool = True
@@ -61,6 +70,10 @@ class GPUFragmentationArgs:
             errors.append(
                 ("cpuBalanceWeight", f"must be in [0, 50], got {self.cpu_balance_weight}")
             )
+        if not 0 <= self.price_weight <= 100:
+            errors.append(("priceWeight", f"must be in [0, 100], got {self.price_weight}"))
+        if self.price_refresh_pods < 1:
+            errors.append(("priceRefreshPods", f"must be >= 1, got {self.price_refresh_pods}"))
         if not 0 <= self.sos_weight <= 50:
             errors.append(("sosWeight", f"must be in [0, 50], got {self.sos_weight}"))
         return errors

@@ -61,6 +61,23 @@ class ShapeLearner:
         self.seen += 1
         return True
 
+    def shared_mix(self) -> dict[int, float]:
+        """Weight of each per-card share among the shared (one partial card) pods seen."""
+        mix: dict[int, float] = {}
+        for (_, milli, cards, _), c in self.counts.items():
+            if cards == 1 and 0 < milli < 1000:
+                mix[milli] = mix.get(milli, 0.0) + c
+        return mix
+
+    def cpu_per_card(self) -> float:
+        """CPU milli the GPU pods seen ask per full card of GPU they ask (0 if none)."""
+        cpu = gpu = 0.0
+        for (c, milli, cards, _), n in self.counts.items():
+            if milli > 0:
+                cpu += n * c
+                gpu += n * milli * cards / 1000.0
+        return cpu / gpu if gpu > 0 else 0.0
+
     def target(self) -> tuple[TargetClass, ...]:
         total = sum(self.counts.values())
         if total <= 0:

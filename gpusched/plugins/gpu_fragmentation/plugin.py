@@ -17,13 +17,18 @@ from numpy.typing import NDArray
 
 from gpusched.framework.cycle_state import CycleState
 from gpusched.framework.interfaces import Handle, Rows, Scores
+from gpusched.kernels.card_prices import price_loss_nb, price_loss_np
+from gpusched.kernels.dispatch import pick
 from gpusched.model.node import FULL_CARD_MILLI
 from gpusched.model.pod import PodInfo
 from gpusched.plugins.fgd_score.target import FragCache, score_placements
+from gpusched.plugins.gpu_fit.state import CARD_HINT
 from gpusched.plugins.gpu_fragmentation.args import GPUFragmentationArgs
 from gpusched.plugins.gpu_fragmentation.learner import ShapeLearner
+from gpusched.plugins.gpu_fragmentation.prices import UNIT, CardPrices
 
 NEUTRAL = 50.0
+price_loss = pick(price_loss_nb, price_loss_np)
 
 
 class GPUFragmentation:
@@ -40,7 +45,9 @@ class GPUFragmentation:
             self.args.cpu_classes,
         )
         self.cache = FragCache()
+        self.prices = CardPrices()
         self._since_refresh = 0
+        self._since_prices = 0
 
     def _learn(self, pod: PodInfo) -> None:
         if not self.learner.observe(pod.uid, pod.request):
@@ -53,6 +60,11 @@ class GPUFragmentation:
         if due:
             self.cache.set_target(self.learner.target())
             self._since_refresh = 0
+        if self.args.price_weight > 0:
+            self._since_prices += 1
+            if self._since_prices >= self.args.price_refresh_pods or (seen & (seen - 1)) == 0:
+                self.prices.update(self.learner.shared_mix(), self.learner.cpu_per_card())
+                self._since_prices = 0
 
     def _pack(self, out: Scores, pod: PodInfo, rows: Rows) -> Scores:
         """Blend in the node's used GPU share after the placement: among placements FGD
@@ -99,6 +111,41 @@ class GPUFragmentation:
         result: Scores = res
         return result
 
+    def _priced(self, state: CycleState, out: Scores, pod: PodInfo, rows: Rows) -> Scores:
+        """Shared pods: the card that loses the least at the learnt card prices (ties: the
+        tightest), written to CARD_HINT, and points for the node whose best card loses
+        least (prices.py)."""
+        snap = self.handle.snapshot
+        req = pod.request
+        prices = self.prices
+        loss = np.empty(len(rows), np.float64)
+        card = np.empty(len(rows), np.int16)
+        price_loss(
+            np.asarray(rows, np.intp),
+            snap.card_free_milli,
+            snap.node_card_count,
+            snap.card_model,
+            snap.card_healthy,
+            snap.allowed_models(req.gpu_models),
+            snap.node_cpu_free,
+            prices.value,
+            UNIT,
+            req.gpu_milli,
+            prices.price_of(req.gpu_milli),
+            req.cpu_milli,
+            prices.cpu_per_card if self.args.price_cpu else 0.0,
+            loss,
+            card,
+        )
+        found = card >= 0
+        hint = state.get(CARD_HINT)
+        if hint is not None:
+            hint[rows] = np.where(found, card, hint[rows])
+        w = self.args.price_weight
+        points = np.where(found, 1.0 - np.minimum(loss, 1.0), 0.0)
+        res: Scores = out * (1.0 - w / 100.0) + w * points
+        return res
+
     def _cpu_balance(self, out: Scores, pod: PodInfo, rows: Rows) -> Scores:
         """Penalise idle GPU left without the CPU the learnt workload needs to use it."""
         cache = self.cache
@@ -138,4 +185,6 @@ class GPUFragmentation:
             out = self._cpu_balance(out, pod, rows)
         if req.gpu_cards == 0 and req.gpu_milli > 0:
             out = self._card_terms(out, rows, card, req.gpu_milli)
+            if self.args.price_weight > 0 and self.prices.ready:
+                out = self._priced(state, out, pod, rows)
         return np.clip(out, 0.0, 100.0)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pytest
 
 from gpusched.config import API_VERSION, KIND, builtin_profiles, config_from_dict
@@ -13,6 +14,7 @@ from gpusched.model.pod import PodInfo, PodRequest
 from gpusched.plugins import default_registry
 from gpusched.plugins.gpu_fragmentation.args import GPUFragmentationArgs
 from gpusched.plugins.gpu_fragmentation.learner import ShapeLearner
+from gpusched.plugins.gpu_fragmentation.prices import CardPrices, cutting_stock
 from gpusched.sim.engine import Simulation
 
 GIB = 2**30
@@ -89,6 +91,8 @@ def test_learner_decay_follows_a_shift() -> None:
         {"sos_weight": -0.5},
         {"cpu_balance_weight": 60.0},
         {"refresh_pods": 0},
+        {"price_weight": 101.0},
+        {"price_refresh_pods": 0},
     ],
 )
 def test_args_validate(bad: dict[str, Any]) -> None:
@@ -104,6 +108,9 @@ def test_args_validate(bad: dict[str, Any]) -> None:
         {"cpuBalanceWeight": 5},
         {"cpuClasses": False},
         {"quantize": False},
+        {"priceWeight": 0},
+        {"priceCpu": False},
+        {"priceRefreshPods": 1},
     ],
 )
 def test_variants_schedule_without_overcommitting(args: dict[str, Any]) -> None:
@@ -127,3 +134,57 @@ def test_card_fit_prefers_the_tightest_card_cluster_wide() -> None:
     assert second.node == first.node
     row = s.snapshot.row_of(first.node)
     assert 0 in [int(x) for x in s.snapshot.card_free_milli[row, :2]]
+
+
+def _shared_gaps(s: Simulation) -> list[int]:
+    snap = s.snapshot
+    free = snap.card_free_milli[snap.node_valid]
+    return [int(g) for g in free.ravel() if 0 < g < 1000]
+
+
+def test_prices_pair_shapes_as_an_optimal_packing_does() -> None:
+    """470s and 320s: best fit would put a 320 beside a lone 470 (leaving 210 that neither
+    fits); the card prices keep 470s in pairs (60 left) and 320s in threes (40 left)."""
+    gaps = {}
+    for weight in (90, 0):
+        s = sim({"priceWeight": weight}, *(node(f"n{i}", cards=4) for i in range(4)))
+        for i in range(12):
+            d = s.submit(pod(f"p{i}", milli=470 if i % 2 == 0 else 320))
+            assert d.result is Result.SCHEDULED
+        gaps[weight] = sorted(_shared_gaps(s))
+    # Six 470s in three pairs; six 320s as 3 + 2 + 1 on three cards; no 470 beside a 320.
+    assert gaps[90] == [40, 60, 60, 60, 360, 680]
+    assert gaps[0] != gaps[90]  # without the prices, FGD alone packs differently
+
+
+def test_prices_learn_only_from_pods_seen() -> None:
+    s = sim({}, node("a"))
+    plugin = s.fw.plugins["GPUFragmentation"]
+    assert not plugin.prices.ready
+    s.submit(pod("p0", milli=470))
+    assert list(plugin.prices.sizes) == [470]
+    assert plugin.prices.price_of(470) == pytest.approx(0.5)
+
+
+def test_cutting_stock_on_known_mixes() -> None:
+    # Three 400s: two per card, so 1.5 cards in the LP, each 400 priced 1/2.
+    lp = cutting_stock(np.array([40]), np.array([2]), np.array([3.0]), 100)
+    assert lp.bins == pytest.approx(1.5) and lp.lower_bound == pytest.approx(1.5)
+    assert lp.prices[0] == pytest.approx(0.5)
+    # 810 beside 160: one card per 810, the 160s ride along for free.
+    lp = cutting_stock(np.array([16, 81]), np.array([6, 1]), np.array([5.0, 5.0]), 100)
+    assert lp.bins == pytest.approx(5.0)
+    assert lp.prices[1] == pytest.approx(1.0) and lp.prices[0] == pytest.approx(0.0)
+
+
+def test_card_prices_value_gaps_by_what_the_mix_can_fill() -> None:
+    prices = CardPrices()
+    prices.update({500: 3.0}, cpu_per_card=4000.0)
+    assert prices.ready and prices.cpu_per_card == 4000.0
+    assert prices.price_of(500) == pytest.approx(0.5)
+    assert prices.value[100] == pytest.approx(1.0) and prices.value[49] == 0.0
+    # A size the mix never had is charged the value of the space it takes: a 320 takes
+    # a whole 500-slot of a fresh card.
+    assert prices.price_of(320) == pytest.approx(prices.value[32]) == 0.0
+    prices.update({})
+    assert not prices.ready

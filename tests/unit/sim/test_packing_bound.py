@@ -3,7 +3,6 @@ held against real simulator runs."""
 
 from __future__ import annotations
 
-import itertools
 from collections import Counter, defaultdict
 from pathlib import Path
 
@@ -17,7 +16,6 @@ from gpusched.sim.packing_bound import (
     FIRST_SAMPLE_AT_100,
     arrivals,
     best_fit_waste,
-    best_pattern,
     lp_bound,
     main,
     seed_bound,
@@ -47,27 +45,6 @@ def _min_cards(items: list[int]) -> int:
 
     go(0, [])
     return best
-
-
-@given(st.lists(st.tuples(SIZES, st.integers(1, 3), st.floats(0.01, 1.0)), min_size=1, max_size=4))
-@settings(max_examples=60, deadline=None)
-def test_best_pattern_is_the_exact_knapsack(items: list[tuple[int, int, float]]) -> None:
-    merged: dict[int, tuple[int, float]] = {}
-    for s, c, v in items:
-        merged[s] = (c, v)
-    sizes = sorted(merged)
-    counts = [merged[s][0] for s in sizes]
-    values = [merged[s][1] for s in sizes]
-    value, pattern = best_pattern(sizes, counts, values)
-    assert sum(p * s for p, s in zip(pattern, sizes, strict=True)) <= 1000
-    assert all(0 <= p <= c for p, c in zip(pattern, counts, strict=True))
-    assert value == pytest.approx(sum(p * v for p, v in zip(pattern, values, strict=True)))
-    brute = max(
-        sum(t * v for t, v in zip(take, values, strict=True))
-        for take in itertools.product(*(range(c + 1) for c in counts))
-        if sum(t * s for t, s in zip(take, sizes, strict=True)) <= 1000
-    )
-    assert value == pytest.approx(brute)
 
 
 @given(st.lists(SIZES, min_size=1, max_size=7))
