@@ -28,8 +28,10 @@ from gpusched.kernels import (
     packing_score_nb,
     packing_score_np,
 )
+from gpusched.kernels.card_prices import price_loss_nb, price_loss_np
 from gpusched.model.node import Card, NodeModel
 from gpusched.plugins.gpu_fit.state import GpuRequest, SummaryCache, restrict
+from gpusched.plugins.gpu_fragmentation.prices import UNIT, CardPrices
 
 C = 8
 # (model id, card MiB, NVLink islands of an 8-card node, share of the fleet)
@@ -305,6 +307,41 @@ def main() -> None:
     print(f"{'update one node row (8 cards + cpu/mem)':<46}{'us':>8}")
     for name, us in {**row_update_us(cols, args.reps * 5), **snapshot_update_us(args.reps)}.items():
         print(f"{name:<46}{us:>8.2f}")
+    print()
+    card_prices(snap, args.reps, args.twin_reps)
+
+
+# An openb-like mix of shared-pod sizes (milli per card: weight), for the card prices.
+SHARED_MIX = {810: 1100, 470: 760, 320: 340, 650: 260, 230: 150, 460: 130, 160: 80, 50: 7}
+
+
+def card_prices(snap: Snapshot, reps: int, twin_reps: int) -> None:
+    """GPUFragmentation's card prices: the per-pod loss over every row, and the LP
+    re-solve the plugin runs every priceRefreshPods pods."""
+    prices = CardPrices()
+    rows = np.nonzero(snap.node_valid)[0].astype(np.intp)
+    loss = np.empty(len(rows))
+    card = np.empty(len(rows), np.int16)
+    allowed = np.ones(4, np.bool_)
+    prices.update(SHARED_MIX, cpu_per_card=8000.0)
+
+    def run(fn: Callable[..., None]) -> Callable[[], object]:
+        def go() -> object:
+            fn(
+                rows, snap.card_free_milli, snap.node_card_count, snap.card_model,
+                snap.card_healthy, allowed, snap.node_cpu_free, prices.value, UNIT, 470,
+                prices.price_of(470), 4000, prices.cpu_per_card, loss, card,
+            )  # fmt: skip
+            return None
+
+        return go
+
+    jit = median_us(run(price_loss_nb), reps)
+    twin = median_us(run(price_loss_np), twin_reps)
+    print(f"{'card prices: loss of a 470-milli pod, all rows':<46}{jit:>8.1f} us jitted,"
+          f" {twin:.1f} us twin ({twin / jit:.1f}x)")  # fmt: skip
+    solve = median_us(lambda: prices.update(SHARED_MIX, 8000.0), 20)
+    print(f"{'card prices: LP re-solve, 8 sizes':<46}{solve / 1000:>8.2f} ms")
 
 
 if __name__ == "__main__":

@@ -26,8 +26,8 @@ class GPUFragmentationArgs:
     # A shared pod's card: the one with the largest fragmentation drop (True), not the
     # first one with the best integer score (the published FGD).
     card_by_raw: bool = True
-    # Among equal fragmentation scores prefer the node whose GPUs are already most used
-    # (adds up to this many points times the node's used GPU share).
+    # Points for filling nodes (plugin._pack): a whole-card pod that takes all of a node's
+    # intact cards, a CPU-only pod by the node's used GPU share. Shared pods: none.
     pack_weight: float = 2.0
     # Shared pods: points (times the chosen card's used share after the placement) for
     # filling a card, so among near-equal FGD scores the tightest card cluster-wide wins.

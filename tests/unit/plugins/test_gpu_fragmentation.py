@@ -152,9 +152,10 @@ def test_prices_pair_shapes_as_an_optimal_packing_does() -> None:
             d = s.submit(pod(f"p{i}", milli=470 if i % 2 == 0 else 320))
             assert d.result is Result.SCHEDULED
         gaps[weight] = sorted(_shared_gaps(s))
-    # Six 470s in three pairs; six 320s as 3 + 2 + 1 on three cards; no 470 beside a 320.
-    assert gaps[90] == [40, 60, 60, 60, 360, 680]
-    assert gaps[0] != gaps[90]  # without the prices, FGD alone packs differently
+    # Six 470s in three pairs (60 left each), a 320 threesome (40 left), and no 470 beside
+    # a 320 (210 left). Without the prices, FGD alone spreads this early workload.
+    assert gaps[90].count(60) == 3 and 40 in gaps[90] and 210 not in gaps[90]
+    assert 60 not in gaps[0]
 
 
 def test_prices_learn_only_from_pods_seen() -> None:
