@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -52,8 +53,7 @@ def cutting_stock(
     import highspy
 
     n = len(units)
-    h = highspy.Highs()  # type: ignore[no-untyped-call]
-    h.setOptionValue("output_flag", False)
+    h = _quiet_solver()
     inf = highspy.kHighsInf
     no_index = np.zeros(0, np.int32)
     for i in range(n):
@@ -79,6 +79,20 @@ def cutting_stock(
         prices=scaled,
         lower_bound=float((demand * scaled).sum()),
     )
+
+
+def _quiet_solver() -> Any:
+    """A HiGHS instance that prints nothing. ``highspy.Highs()`` writes a banner to stdout
+    as it is built (its callback set-up calls into HiGHS before ``output_flag`` can be
+    cleared), which would land among the daemon's JSON log lines; the core class it wraps
+    does not."""
+    try:
+        from highspy._core import _Highs as Solver
+    except ImportError:  # pragma: no cover - a highspy laid out differently
+        from highspy import Highs as Solver
+    h = Solver()
+    h.setOptionValue("output_flag", False)
+    return h
 
 
 def size_steps(milli: int) -> int:

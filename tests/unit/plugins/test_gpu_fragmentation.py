@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from typing import Any
 
 import numpy as np
@@ -189,3 +191,16 @@ def test_card_prices_value_gaps_by_what_the_mix_can_fill() -> None:
     assert prices.price_of(320) == pytest.approx(prices.value[32]) == 0.0
     prices.update({})
     assert not prices.ready
+
+
+def test_solving_prices_prints_nothing() -> None:
+    """The daemon's stdout is its JSON decision log: the LP solver must not write to it
+    (highspy's public class prints a banner once per process, hence a fresh process)."""
+    code = (
+        "from gpusched.plugins.gpu_fragmentation.prices import CardPrices\n"
+        "p = CardPrices(); p.update({470: 2.0, 320: 1.0}); assert p.ready\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert out.stdout == "" and out.stderr == ""

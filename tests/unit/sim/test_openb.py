@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -18,6 +17,7 @@ from gpusched.sim.openb import (
     load_nodes,
     load_pods,
 )
+from tests.unit.sim.openb_dir import require_openb
 
 NODES_CSV = """sn,cpu_milli,memory_mib,gpu,model
 n-0,64000,262144,2,P100
@@ -119,20 +119,8 @@ def test_pod_error_in_optional_time_column(tmp_path: Path) -> None:
         load_pods(tmp_path, "pods.csv")
 
 
-def _shared_openb_dir() -> Path:
-    env = os.environ.get("GPUSCHED_OPENB_DIR")
-    if env:
-        return Path(env)
-    # tests/unit/sim/ -> repository root -> its sibling shared/ (as laid out for CI too).
-    return Path(__file__).resolve().parents[3].parent / "shared" / "traces" / "openb"
-
-
 def test_real_default_trace() -> None:
-    directory = _shared_openb_dir()
-    if not (directory / DEFAULT_POD_FILE).is_file():
-        reason = f"openb trace not found at {directory} (set GPUSCHED_OPENB_DIR)"
-        print(reason)
-        pytest.skip(reason)
+    directory = require_openb(DEFAULT_POD_FILE)
     nodes = load_nodes(directory)
     pods = load_pods(directory)
     assert len(nodes) == 1213
