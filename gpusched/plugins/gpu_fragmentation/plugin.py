@@ -1,11 +1,13 @@
-"""GPUFragmentation (Score): fragmentation gradient descent against a learnt workload.
+"""GPUFragmentation (Score): card prices and fragmentation gradient descent against a
+learnt workload.
 
-A node scores by how much the placement lowers its fragmentation (the FGD measure,
-gpusched/kernels/fgd.py) against the target workload; for a shared pod every card is
-tried and the best one is written to CARD_HINT, which GPUFit's Reserve takes. Unlike the
-published FGD, the target workload is not given: the plugin learns it online from the pods
-it scores (ShapeLearner), the same way in the daemon and in the simulator. See README.md
-for the variants measured and why these defaults.
+A shared pod goes where it loses the least of an optimal packing of the learnt size mix
+(card prices, prices.py; the card is written to CARD_HINT, which GPUFit's Reserve takes);
+every pod is also scored by how much the placement lowers the node's fragmentation (the
+FGD measure, gpusched/kernels/fgd.py), which decides for whole-card and CPU-only pods.
+Unlike the published FGD, the workload is not given: the plugin learns it online from the
+pods it scores (ShapeLearner), the same way in the daemon and in the simulator. See
+README.md for the variants measured and why these defaults.
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ from gpusched.kernels.card_prices import (
     price_loss_nb,
     price_loss_np,
 )
+from tests.unit.kernels.test_fgd_kernels import _cluster
 
 ITEMS = st.lists(
     st.tuples(st.integers(1, 12), st.integers(0, 4), st.floats(0.0, 1.0)), min_size=1, max_size=4
@@ -47,23 +48,6 @@ def test_knapsack_twins_and_brute_force(items: list[tuple[int, int, float]], ste
             if int(np.dot(take, units)) <= g
         )
         assert v1[g] == pytest.approx(brute)
-
-
-def _cluster(seed: int, n: int = 30, c: int = 8) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    count = rng.choice([0, 1, 2, 4, 8], size=n).astype(np.int16)
-    free = rng.choice([0, 60, 190, 350, 530, 810, 1000], size=(n, c)).astype(np.int32)
-    model = rng.integers(0, 2, size=(n, 1)).repeat(c, axis=1).astype(np.int16)
-    for r in range(n):
-        free[r, count[r] :] = 0
-        model[r, count[r] :] = -1
-    return {
-        "free": free,
-        "count": count,
-        "model": model,
-        "healthy": rng.random((n, c)) > 0.1,
-        "cpu": rng.integers(-2000, 64000, n).astype(np.int64),
-    }
 
 
 def _value(seed: int) -> np.ndarray:
