@@ -12,6 +12,7 @@ README.md for the variants measured and why these defaults.
 
 from __future__ import annotations
 
+import logging
 from typing import ClassVar
 
 import numpy as np
@@ -30,6 +31,7 @@ from gpusched.plugins.gpu_fragmentation.learner import ShapeLearner
 from gpusched.plugins.gpu_fragmentation.prices import UNIT, CardPrices
 
 NEUTRAL = 50.0
+log = logging.getLogger(__name__)
 price_loss = pick(price_loss_nb, price_loss_np)
 
 
@@ -65,8 +67,11 @@ class GPUFragmentation:
         if self.args.price_weight > 0:
             self._since_prices += 1
             if self._since_prices >= self.args.price_refresh_pods or (seen & (seen - 1)) == 0:
-                self.prices.update(self.learner.shared_mix(), self.learner.cpu_per_card())
                 self._since_prices = 0
+                try:
+                    self.prices.update(self.learner.shared_mix(), self.learner.cpu_per_card())
+                except Exception as exc:  # a solver failure must not fail every shared pod
+                    log.warning("card prices not re-solved, keeping the previous ones: %s", exc)
 
     def _pack(self, out: Scores, pod: PodInfo, rows: Rows) -> Scores:
         """Points for filling nodes where FGD cannot tell placements apart: a whole-card

@@ -66,6 +66,9 @@ def cutting_stock(
     best = 0.0
     for _ in range(_MAX_COLUMNS):
         h.run()
+        status = h.getModelStatus()
+        if status != highspy.HighsModelStatus.kOptimal:
+            raise RuntimeError(f"cutting-stock LP not solved: HiGHS model status {status}")
         prices = np.maximum(0.0, np.asarray(h.getSolution().row_dual, np.float64))
         knapsack(units, caps, prices, steps, value, pattern)
         best = float(value[steps])

@@ -204,3 +204,21 @@ def test_solving_prices_prints_nothing() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
     )
     assert out.stdout == "" and out.stderr == ""
+
+
+def test_a_failing_price_solve_keeps_the_old_prices(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    s = sim({}, node("a", cards=4))
+    plugin = s.fw.plugins["GPUFragmentation"]
+    assert s.submit(pod("p0", milli=470)).result is Result.SCHEDULED
+    before = plugin.prices.value.copy()
+
+    def broken(*_: Any, **__: Any) -> None:
+        raise RuntimeError("cutting-stock LP not solved: HiGHS model status kInfeasible")
+
+    monkeypatch.setattr(plugin.prices, "update", broken)
+    # Pod 2 is due a re-solve (1, 2, 4, ... pods): it still schedules, on the old prices.
+    assert s.submit(pod("p1", milli=320)).result is Result.SCHEDULED
+    assert (plugin.prices.value == before).all()
+    assert "card prices not re-solved" in caplog.text
