@@ -31,7 +31,7 @@ from gpusched.kernels import (
 from gpusched.kernels.card_prices import price_loss_nb, price_loss_np
 from gpusched.model.node import Card, NodeModel
 from gpusched.plugins.gpu_fit.state import GpuRequest, SummaryCache, restrict
-from gpusched.plugins.gpu_fragmentation.prices import UNIT, CardPrices
+from gpusched.plugins.gpu_fragmentation.prices import UNIT, CardPrices, LossCache
 
 C = 8
 # (model id, card MiB, NVLink islands of an 8-card node, share of the fleet)
@@ -340,6 +340,18 @@ def card_prices(snap: Snapshot, reps: int, twin_reps: int) -> None:
     twin = median_us(run(price_loss_np), twin_reps)
     print(f"{'card prices: loss of a 470-milli pod, all rows':<46}{jit:>8.1f} us jitted,"
           f" {twin:.1f} us twin ({twin / jit:.1f}x)")  # fmt: skip
+    cache = LossCache()
+    touched = np.random.default_rng(5).choice(rows, size=1 << 16)
+    step = [0]
+
+    def cached() -> object:
+        row = int(touched[step[0] & 0xFFFF])
+        step[0] += 1
+        snap.card_free_milli[row, 0] ^= 1  # a bind or a release on one node
+        snap.touch(row)
+        return cache.get(snap, prices, milli=470, cpu=4000, models=(), use_cpu=True)
+
+    print(f"{'  same, cached per shape, one row changed':<46}{median_us(cached, reps):>8.1f} us")
     solve = median_us(lambda: prices.update(SHARED_MIX, 8000.0), 20)
     print(f"{'card prices: LP re-solve, 8 sizes':<46}{solve / 1000:>8.2f} ms")
 

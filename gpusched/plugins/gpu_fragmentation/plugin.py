@@ -20,19 +20,16 @@ from numpy.typing import NDArray
 
 from gpusched.framework.cycle_state import CycleState
 from gpusched.framework.interfaces import Handle, Rows, Scores
-from gpusched.kernels.card_prices import price_loss_nb, price_loss_np
-from gpusched.kernels.dispatch import pick
 from gpusched.model.node import FULL_CARD_MILLI
 from gpusched.model.pod import PodInfo
 from gpusched.plugins.fgd_score.target import FragCache, score_placements
 from gpusched.plugins.gpu_fit.state import CARD_HINT
 from gpusched.plugins.gpu_fragmentation.args import GPUFragmentationArgs
 from gpusched.plugins.gpu_fragmentation.learner import ShapeLearner
-from gpusched.plugins.gpu_fragmentation.prices import UNIT, CardPrices
+from gpusched.plugins.gpu_fragmentation.prices import CardPrices, LossCache
 
 NEUTRAL = 50.0
 log = logging.getLogger(__name__)
-price_loss = pick(price_loss_nb, price_loss_np)
 
 
 class GPUFragmentation:
@@ -50,6 +47,7 @@ class GPUFragmentation:
         )
         self.cache = FragCache()
         self.prices = CardPrices()
+        self.losses = LossCache()
         self._since_refresh = 0
         self._since_prices = 0
 
@@ -133,28 +131,16 @@ class GPUFragmentation:
         """Shared pods: the card that loses the least at the learnt card prices (ties: the
         tightest), written to CARD_HINT, and points for the node whose best card loses
         least (prices.py)."""
-        snap = self.handle.snapshot
         req = pod.request
-        prices = self.prices
-        loss = np.empty(len(rows), np.float64)
-        card = np.empty(len(rows), np.int16)
-        price_loss(
-            np.asarray(rows, np.intp),
-            snap.card_free_milli,
-            snap.node_card_count,
-            snap.card_model,
-            snap.card_healthy,
-            snap.allowed_models(req.gpu_models),
-            snap.node_cpu_free,
-            prices.value,
-            UNIT,
-            req.gpu_milli,
-            prices.price_of(req.gpu_milli),
-            req.cpu_milli,
-            prices.cpu_per_card if self.args.price_cpu else 0.0,
-            loss,
-            card,
+        loss_all, card_all = self.losses.get(
+            self.handle.snapshot,
+            self.prices,
+            milli=req.gpu_milli,
+            cpu=req.cpu_milli,
+            models=req.gpu_models,
+            use_cpu=self.args.price_cpu,
         )
+        loss, card = loss_all[rows], card_all[rows]
         found = card >= 0
         hint = state.get(CARD_HINT)
         if hint is not None:

@@ -20,11 +20,13 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from gpusched.kernels.card_prices import knapsack_nb, knapsack_np
+from gpusched.core.cache.snapshot import Snapshot
+from gpusched.kernels.card_prices import knapsack_nb, knapsack_np, price_loss_nb, price_loss_np
 from gpusched.kernels.dispatch import pick
 from gpusched.model.node import FULL_CARD_MILLI
 
 knapsack = pick(knapsack_nb, knapsack_np)
+price_loss = pick(price_loss_nb, price_loss_np)
 
 UNIT = 10  # milli per step: gap values 0..100 steps
 STEPS = FULL_CARD_MILLI // UNIT
@@ -144,3 +146,72 @@ class CardPrices:
         knapsack(units, caps, lp.prices, STEPS, value, np.zeros(len(units), np.int64))
         self.sizes, self.prices, self.value = sizes, lp.prices, value
         self.solves += 1
+
+
+_LossEntry = tuple[NDArray[np.float64], NDArray[np.int16], int]  # loss, card, version seen
+
+
+class LossCache:
+    """Each row's card-price loss for recent request shapes, recomputed only for the rows
+    changed since (as GPUFit's SummaryCache does for its summary): a row's loss depends on
+    that row and the prices alone, and workloads repeat a few shapes, so a pod costs a
+    compare of the row versions plus the changed rows, not a pass over every card."""
+
+    def __init__(self, max_shapes: int = 64) -> None:
+        self.max_shapes = max_shapes
+        self._entries: dict[
+            tuple[object, ...], tuple[NDArray[np.float64], NDArray[np.int16], int]
+        ] = {}
+        self.full = 0
+        self.partial = 0
+
+    def get(
+        self,
+        snap: Snapshot,
+        prices: CardPrices,
+        *,
+        milli: int,
+        cpu: int,
+        models: tuple[str, ...],
+        use_cpu: bool,
+    ) -> tuple[NDArray[np.float64], NDArray[np.int16]]:
+        """(loss, card) per snapshot row (capacity-long; rows not valid hold junk)."""
+        per_card = prices.cpu_per_card if use_cpu else 0.0
+        key = (milli, cpu, models, per_card, prices.solves, id(snap), len(snap.models))
+        entry = self._entries.pop(key, None)
+        if entry is not None and len(entry[0]) == snap.capacity:
+            loss, card, seen = entry
+            changed = np.flatnonzero(snap.row_version > seen).astype(np.intp)
+            self.partial += 1
+        else:
+            loss = np.empty(snap.capacity, np.float64)
+            card = np.empty(snap.capacity, np.int16)
+            changed = np.arange(snap.capacity, dtype=np.intp)
+            self.full += 1
+        if len(changed):
+            part_loss = np.empty(len(changed), np.float64)
+            part_card = np.empty(len(changed), np.int16)
+            price_loss(
+                changed,
+                snap.card_free_milli,
+                snap.node_card_count,
+                snap.card_model,
+                snap.card_healthy,
+                snap.allowed_models(models),
+                snap.node_cpu_free,
+                prices.value,
+                UNIT,
+                milli,
+                prices.price_of(milli),
+                cpu,
+                per_card,
+                part_loss,
+                part_card,
+            )
+            loss[changed] = part_loss
+            card[changed] = part_card
+        if len(self._entries) >= self.max_shapes:
+            # Least recently used first: dicts keep insertion order, and a hit re-inserts.
+            self._entries.pop(next(iter(self._entries)))
+        self._entries[key] = (loss, card, snap.version)
+        return loss, card

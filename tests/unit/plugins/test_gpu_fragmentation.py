@@ -222,3 +222,39 @@ def test_a_failing_price_solve_keeps_the_old_prices(
     assert s.submit(pod("p1", milli=320)).result is Result.SCHEDULED
     assert (plugin.prices.value == before).all()
     assert "card prices not re-solved" in caplog.text
+
+
+def test_loss_cache_equals_a_fresh_computation_under_churn() -> None:
+    """After binds, deletions and a re-solve, the cached per-row losses equal the kernel
+    run afresh over every row, and most lookups are partial."""
+    from gpusched.plugins.gpu_fragmentation.prices import LossCache, price_loss
+
+    s = sim({}, *(node(f"n{i}", cards=4) for i in range(6)))
+    plugin = s.fw.plugins["GPUFragmentation"]
+    live: list[str] = []
+    shapes = [(470, 2000), (320, 1000), (810, 4000), (160, 500)]
+    for i in range(60):
+        milli, cpu = shapes[i % len(shapes)]
+        p = pod(f"p{i}", cpu=cpu, milli=milli)
+        if s.submit(p).result is Result.SCHEDULED:
+            live.append(p.uid)
+        if i % 7 == 6:
+            s.delete(live.pop(0))
+        snap = s.snapshot
+        for m, c in shapes:
+            loss, card = plugin.losses.get(
+                snap, plugin.prices, milli=m, cpu=c, models=(), use_cpu=True
+            )
+            rows = np.flatnonzero(snap.node_valid).astype(np.intp)
+            fresh_loss = np.empty(len(rows))
+            fresh_card = np.empty(len(rows), np.int16)
+            prices = plugin.prices
+            price_loss(
+                rows, snap.card_free_milli, snap.node_card_count, snap.card_model,
+                snap.card_healthy, snap.allowed_models(()), snap.node_cpu_free, prices.value,
+                10, m, prices.price_of(m), c, prices.cpu_per_card, fresh_loss, fresh_card,
+            )  # fmt: skip
+            assert np.array_equal(loss[rows], fresh_loss)
+            assert np.array_equal(card[rows], fresh_card)
+    assert plugin.losses.partial > plugin.losses.full
+    assert isinstance(plugin.losses, LossCache)
