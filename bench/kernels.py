@@ -176,6 +176,21 @@ def snapshot_of(cols: Columns) -> Snapshot:
     return snap
 
 
+def one_row_changed(snap: Snapshot, rng: np.random.Generator) -> Callable[[], None]:
+    """Each call flips one card of a random row and touches it: a bind or a release on one
+    node, the churn between two pods that the per-shape caches refresh."""
+    rows = rng.integers(0, snap.capacity, size=1 << 16)
+    step = [0]
+
+    def churn() -> None:
+        row = int(rows[step[0] & 0xFFFF])
+        step[0] += 1
+        snap.card_free_milli[row, 0] ^= 1
+        snap.touch(row)
+
+    return churn
+
+
 def incremental_cycle(
     snap: Snapshot, req: tuple[int, int, int, int], rng: np.random.Generator
 ) -> Callable[[], object]:
@@ -188,15 +203,11 @@ def incremental_cycle(
     candidates = snap.node_valid.copy()
     s_frag = np.zeros(n)
     s_pack = np.zeros(n)
-    rows = rng.integers(0, n, size=1 << 16)
-    step = [0]
+    churn = one_row_changed(snap, rng)
 
     def cycle() -> object:
-        row = int(rows[step[0] & 0xFFFF])
-        step[0] += 1
-        snap.card_free_milli[row, 0] ^= 1  # a bind or a release on one node
-        snap.touch(row)
-        s = restrict(cache.get(snap, request, ()), candidates)
+        churn()
+        s = restrict(cache.summary(snap, request, ()), candidates)
         frag_score_nb(s.fit, s.intact, s.usable, s.best_leftover, s.best_is_partial, k, s_frag)
         packing_score_nb(s.fit, s.intact, s.best_is_partial, k, s_pack)
         return None
@@ -341,15 +352,11 @@ def card_prices(snap: Snapshot, reps: int, twin_reps: int) -> None:
     print(f"{'card prices: loss of a 470-milli pod, all rows':<46}{jit:>8.1f} us jitted,"
           f" {twin:.1f} us twin ({twin / jit:.1f}x)")  # fmt: skip
     cache = LossCache()
-    touched = np.random.default_rng(5).choice(rows, size=1 << 16)
-    step = [0]
+    churn = one_row_changed(snap, np.random.default_rng(5))
 
     def cached() -> object:
-        row = int(touched[step[0] & 0xFFFF])
-        step[0] += 1
-        snap.card_free_milli[row, 0] ^= 1  # a bind or a release on one node
-        snap.touch(row)
-        return cache.get(snap, prices, milli=470, cpu=4000, models=(), use_cpu=True)
+        churn()
+        return cache.losses(snap, prices, milli=470, cpu=4000, models=(), use_cpu=True)
 
     print(f"{'  same, cached per shape, one row changed':<46}{median_us(cached, reps):>8.1f} us")
     solve = median_us(lambda: prices.update(SHARED_MIX, 8000.0), 20)

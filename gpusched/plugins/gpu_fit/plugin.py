@@ -68,7 +68,9 @@ class GPUFit:
     def filter(self, state: CycleState, pod: PodInfo, candidates: Mask) -> FilterResult:
         snap = self.handle.snapshot
         request = state.read(GPU_REQUEST)
-        summary = restrict(self.summaries.get(snap, request, pod.request.gpu_models), candidates)
+        summary = restrict(
+            self.summaries.summary(snap, request, pod.request.gpu_models), candidates
+        )
         state.write(GPU_SUMMARY, summary)
         rejected = candidates & ~summary.fit
         if not rejected.any():

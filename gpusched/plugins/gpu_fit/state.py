@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
+from gpusched.core.cache.row_cache import RowCache
 from gpusched.core.cache.snapshot import Snapshot
 from gpusched.framework.cycle_state import CycleState, StateKey
 from gpusched.framework.interfaces import Mask
@@ -97,50 +98,25 @@ def compute_summary(snap: Snapshot, request: GpuRequest, candidates: Mask) -> Gp
     return out
 
 
-class SummaryCache:
-    """The gpu_summary of recent request shapes, brought up to date incrementally.
+class SummaryCache(RowCache[GpuSummary]):
+    """The gpu_summary of recent request shapes, brought up to date incrementally
+    (RowCache): the per-pod cost of the GPU filter follows churn, not cluster size."""
 
-    Workloads repeat a few pod shapes, and between two pods only the rows the cache touched
-    (a bind, a deletion, a node update) change. Recomputing just those rows makes the
-    per-pod cost of the GPU filter depend on churn, not on cluster size: one vector compare
-    of the row versions plus the changed rows, instead of streaming every card column.
-    """
-
-    def __init__(self, max_shapes: int = 64) -> None:
-        self.max_shapes = max_shapes
-        self._entries: dict[tuple[object, ...], tuple[GpuSummary, int]] = {}
-        self.full = 0
-        self.partial = 0
-
-    def get(self, snap: Snapshot, request: GpuRequest, models: tuple[str, ...]) -> GpuSummary:
-        key = (
+    def summary(self, snap: Snapshot, request: GpuRequest, models: tuple[str, ...]) -> GpuSummary:
+        shape = (
             request.cards,
             request.milli,
             request.mem_mib,
             request.nvlink,
             models,
             len(request.allowed),
-            id(snap),
         )
-        entry = self._entries.pop(key, None)
-        if entry is not None and len(entry[0].fit) == snap.capacity:
-            summary, seen = entry
-            changed = np.flatnonzero(snap.row_version > seen)
-            if len(changed) * 8 < snap.capacity:
-                if len(changed):
-                    _recompute_rows(snap, request, summary, changed)
-                self.partial += 1
-            else:
-                summary = compute_summary(snap, request, snap.node_valid)
-                self.full += 1
-        else:
-            summary = compute_summary(snap, request, snap.node_valid)
-            self.full += 1
-        if len(self._entries) >= self.max_shapes:
-            # Least recently used first: dicts keep insertion order, and a hit re-inserts.
-            self._entries.pop(next(iter(self._entries)))
-        self._entries[key] = (summary, snap.version)
-        return summary
+        return self.get(
+            snap,
+            shape,
+            lambda: compute_summary(snap, request, snap.node_valid),
+            lambda summary, rows: _recompute_rows(snap, request, summary, rows),
+        )
 
 
 def _recompute_rows(

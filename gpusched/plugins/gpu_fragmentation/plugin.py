@@ -132,7 +132,7 @@ class GPUFragmentation:
         tightest), written to CARD_HINT, and points for the node whose best card loses
         least (prices.py)."""
         req = pod.request
-        loss_all, card_all = self.losses.get(
+        loss_all, card_all = self.losses.losses(
             self.handle.snapshot,
             self.prices,
             milli=req.gpu_milli,

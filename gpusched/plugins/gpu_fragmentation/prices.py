@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from gpusched.core.cache.row_cache import RowCache
 from gpusched.core.cache.snapshot import Snapshot
 from gpusched.kernels.card_prices import knapsack_nb, knapsack_np, price_loss_nb, price_loss_np
 from gpusched.kernels.dispatch import pick
@@ -40,6 +41,7 @@ class CuttingStock:
     bins: float  # LP optimum: cards needed, fractionally
     prices: NDArray[np.float64]  # dual price per size, rescaled so no card is worth > 1
     lower_bound: float  # sum(demand * prices): a lower bound on the cards needed
+    value: NDArray[np.float64]  # value[g]: the most a gap of g steps earns at `prices`
 
 
 def cutting_stock(
@@ -78,11 +80,13 @@ def cutting_stock(
             break
         idx = np.nonzero(pattern)[0].astype(np.int32)
         h.addCol(1.0, 0.0, inf, len(idx), idx, pattern[idx].astype(np.float64))
-    scaled = prices / max(1.0, best)
+    # The knapsack is linear in the prices, so its last table rescales with them.
+    scale = 1.0 / max(1.0, best)
     return CuttingStock(
         bins=float(h.getInfo().objective_function_value),
-        prices=scaled,
-        lower_bound=float((demand * scaled).sum()),
+        prices=prices * scale,
+        lower_bound=float((demand * prices).sum() * scale),
+        value=value * scale,
     )
 
 
@@ -142,30 +146,18 @@ class CardPrices:
         caps = STEPS // units
         # Scale-free: demand in "cards of pods" keeps the LP well conditioned.
         lp = cutting_stock(units, caps, weight / weight.sum() * 1000.0, STEPS)
-        value = np.zeros(STEPS + 1)
-        knapsack(units, caps, lp.prices, STEPS, value, np.zeros(len(units), np.int64))
-        self.sizes, self.prices, self.value = sizes, lp.prices, value
+        self.sizes, self.prices, self.value = sizes, lp.prices, lp.value
         self.solves += 1
 
 
-_LossEntry = tuple[NDArray[np.float64], NDArray[np.int16], int]  # loss, card, version seen
+Losses = tuple[NDArray[np.float64], NDArray[np.int16]]  # per snapshot row: loss, card
 
 
-class LossCache:
-    """Each row's card-price loss for recent request shapes, recomputed only for the rows
-    changed since (as GPUFit's SummaryCache does for its summary): a row's loss depends on
-    that row and the prices alone, and workloads repeat a few shapes, so a pod costs a
-    compare of the row versions plus the changed rows, not a pass over every card."""
+class LossCache(RowCache[Losses]):
+    """Each row's card-price loss for recent request shapes (RowCache): a row's loss depends
+    on that row and the prices alone, so only rows changed since are recomputed."""
 
-    def __init__(self, max_shapes: int = 64) -> None:
-        self.max_shapes = max_shapes
-        self._entries: dict[
-            tuple[object, ...], tuple[NDArray[np.float64], NDArray[np.int16], int]
-        ] = {}
-        self.full = 0
-        self.partial = 0
-
-    def get(
+    def losses(
         self,
         snap: Snapshot,
         prices: CardPrices,
@@ -174,44 +166,41 @@ class LossCache:
         cpu: int,
         models: tuple[str, ...],
         use_cpu: bool,
-    ) -> tuple[NDArray[np.float64], NDArray[np.int16]]:
+    ) -> Losses:
         """(loss, card) per snapshot row (capacity-long; rows not valid hold junk)."""
         per_card = prices.cpu_per_card if use_cpu else 0.0
-        key = (milli, cpu, models, per_card, prices.solves, id(snap), len(snap.models))
-        entry = self._entries.pop(key, None)
-        if entry is not None and len(entry[0]) == snap.capacity:
-            loss, card, seen = entry
-            changed = np.flatnonzero(snap.row_version > seen).astype(np.intp)
-            self.partial += 1
-        else:
-            loss = np.empty(snap.capacity, np.float64)
-            card = np.empty(snap.capacity, np.int16)
-            changed = np.arange(snap.capacity, dtype=np.intp)
-            self.full += 1
-        if len(changed):
-            part_loss = np.empty(len(changed), np.float64)
-            part_card = np.empty(len(changed), np.int16)
+        allowed = snap.allowed_models(models)
+        price = prices.price_of(milli)
+
+        def recompute(out: Losses, rows: NDArray[np.intp]) -> None:
+            loss = np.empty(len(rows), np.float64)
+            card = np.empty(len(rows), np.int16)
             price_loss(
-                changed,
+                rows,
                 snap.card_free_milli,
                 snap.node_card_count,
                 snap.card_model,
                 snap.card_healthy,
-                snap.allowed_models(models),
+                allowed,
                 snap.node_cpu_free,
                 prices.value,
                 UNIT,
                 milli,
-                prices.price_of(milli),
+                price,
                 cpu,
                 per_card,
-                part_loss,
-                part_card,
+                loss,
+                card,
             )
-            loss[changed] = part_loss
-            card[changed] = part_card
-        if len(self._entries) >= self.max_shapes:
-            # Least recently used first: dicts keep insertion order, and a hit re-inserts.
-            self._entries.pop(next(iter(self._entries)))
-        self._entries[key] = (loss, card, snap.version)
-        return loss, card
+            out[0][rows] = loss
+            out[1][rows] = card
+
+        def compute_all() -> Losses:
+            out = (np.empty(snap.capacity, np.float64), np.empty(snap.capacity, np.int16))
+            recompute(out, np.arange(snap.capacity, dtype=np.intp))
+            return out
+
+        # The prices' generation and the model count are part of the shape: a re-solve or
+        # a new model changes every row's loss.
+        shape = (milli, cpu, models, per_card, prices.solves, len(snap.models))
+        return self.get(snap, shape, compute_all, recompute)

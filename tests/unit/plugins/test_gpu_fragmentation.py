@@ -242,7 +242,7 @@ def test_loss_cache_equals_a_fresh_computation_under_churn() -> None:
             s.delete(live.pop(0))
         snap = s.snapshot
         for m, c in shapes:
-            loss, card = plugin.losses.get(
+            loss, card = plugin.losses.losses(
                 snap, plugin.prices, milli=m, cpu=c, models=(), use_cpu=True
             )
             rows = np.flatnonzero(snap.node_valid).astype(np.intp)

@@ -275,7 +275,7 @@ def test_incremental_summary_cache_equals_a_full_pass() -> None:
         for shape in shapes:
             req = gpu_request(s.snapshot, shape)
             assert req is not None
-            got = fit.summaries.get(s.snapshot, req, shape.request.gpu_models)
+            got = fit.summaries.summary(s.snapshot, req, shape.request.gpu_models)
             want = compute_summary(s.snapshot, req, s.snapshot.node_valid)
             for name in (
                 "fit",
