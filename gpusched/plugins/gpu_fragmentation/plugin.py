@@ -127,7 +127,9 @@ class GPUFragmentation:
         result: Scores = res
         return result
 
-    def _priced(self, state: CycleState, out: Scores, pod: PodInfo, rows: Rows) -> Scores:
+    def _priced(
+        self, state: CycleState, out: Scores, pod: PodInfo, rows: Rows, fgd_card: NDArray[np.int16]
+    ) -> tuple[Scores, NDArray[np.int16]]:
         """Shared pods: the card that loses the least at the learnt card prices (ties: the
         tightest), written to CARD_HINT, and points for the node whose best card loses
         least (prices.py)."""
@@ -142,13 +144,14 @@ class GPUFragmentation:
         )
         loss, card = loss_all[rows], card_all[rows]
         found = card >= 0
+        chosen = np.where(found, card, fgd_card).astype(np.int16)
         hint = state.get(CARD_HINT)
         if hint is not None:
-            hint[rows] = np.where(found, card, hint[rows])
+            hint[rows] = chosen
         w = self.args.price_weight
         points = np.where(found, 1.0 - np.minimum(loss, 1.0), 0.0)
         res: Scores = out * (1.0 - w / 100.0) + w * points
-        return res
+        return res, chosen
 
     def _cpu_balance(self, out: Scores, pod: PodInfo, rows: Rows) -> Scores:
         """Penalise idle GPU left without the CPU the learnt workload needs to use it."""
@@ -188,7 +191,8 @@ class GPUFragmentation:
         if self.args.cpu_balance_weight > 0:
             out = self._cpu_balance(out, pod, rows)
         if req.gpu_cards == 0 and req.gpu_milli > 0:
-            out = self._card_terms(out, rows, card, req.gpu_milli)
             if self.args.price_weight > 0 and self.prices.ready:
-                out = self._priced(state, out, pod, rows)
+                # The optional card terms then judge the card the pod will really take.
+                out, card = self._priced(state, out, pod, rows, card)
+            out = self._card_terms(out, rows, card, req.gpu_milli)
         return np.clip(out, 0.0, 100.0)
