@@ -349,10 +349,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     fgd.add_argument(
         "--tie-break",
-        choices=("first", "random"),
-        default="first",
-        help="top-score ties: first node in the seeded node order (reproduces the published"
-        " numbers) or uniformly random (upstream kube-scheduler)",
+        choices=("node-order", "paper", "random"),  # fgd_protocol.TIE_BREAKS (test_cli)
+        default="node-order",
+        help="top-score ties: node-order, the daemon's rule (the first node in an order"
+        " hashed from the seed and the node name); paper, the first node in the FGD paper's"
+        " seeded node order; random, uniform (upstream kube-scheduler). Default: node-order",
     )
     fgd.add_argument(
         "--reference-dir", help="published results (default: <trace-dir>/../../reference)"

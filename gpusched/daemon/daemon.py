@@ -1,26 +1,27 @@
-"""The scheduler daemon: watches feed the cache and the queue; one loop pops pods and runs
-the synchronous scheduling cycle; each placement gets an asyncio task for its binding cycle.
+"""The scheduler daemon: the lifecycle around the shared scheduling loop.
 
-    nodes watch ──▶ cache.upsert_node / remove_node ──▶ queue.move_all(NodeAdd/Update)
+    nodes watch ──▶ core/events.py: cache.upsert_node / remove_node, queue.move_all
     pods watch ──┬▶ bound or terminal: cache (confirms assumed pods)
                  ├▶ unbound, our schedulerName: queue.add
                  └▶ deleted: cache, queue, pods waiting at Permit
-    loop: pop ─▶ cycle.schedule (no await) ─▶ SCHEDULED/WAITING: task(cycle.bind)
-                                           └▶ UNSCHEDULABLE: Event + condition + queue
+    loop: pop ─▶ ScheduleOne.attempt (core/schedule_one.py, no await)
+                   └▶ SCHEDULED/WAITING: a task runs ScheduleOne.bind (daemon/tasks.py)
+          every ending ─▶ daemon/reporting.py: decision record, Events, condition, metrics
     timers: backoff flush, unschedulable flush, assumed-pod expiry
     leader election (gpusched/kube/lease.py): watches, cache and queue run from the start;
     the loop starts once this instance holds the Lease; losing it stops the daemon (exit 1)
 
-Everything that touches the cache runs on the one event loop without awaiting in between,
-which is the atomicity kube-scheduler gets from its cache lock.
+The simulator drives the same ScheduleOne and event handlers; only this file's watches,
+tasks and signals are the daemon's own. Everything that touches the cache runs on the one
+event loop without awaiting in between, which is the atomicity kube-scheduler gets from its
+cache lock.
 """
 
 from __future__ import annotations
 
 import asyncio
-import math
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,20 +30,21 @@ import structlog
 from gpusched.config import SchedulerConfig
 from gpusched.core.cache.cache import ClusterCache
 from gpusched.core.cache.snapshot import Snapshot
+from gpusched.core.events import ClusterEvents
 from gpusched.core.handle import SchedulerHandle
-from gpusched.core.queue import ClusterEvent, QueuedPodInfo, SchedulingQueue
+from gpusched.core.queue import QueuedPodInfo, SchedulingQueue
 from gpusched.core.runtime.framework import Framework
 from gpusched.core.runtime.registry import Registry
-from gpusched.core.scheduler import Decision, Result, SchedulingCycle
+from gpusched.core.schedule_one import Result, ScheduleOne
+from gpusched.daemon.reporting import Reporter
+from gpusched.daemon.tasks import Tasks
 from gpusched.daemon.warmup import warm_kernels
-from gpusched.framework.status import Code, Status
 from gpusched.kube.client import JSON, Kube
 from gpusched.kube.lease import KubeLeases, LeaderElector, default_identity
 from gpusched.kube.watch import EventType, Reflector
-from gpusched.kube.writer import ClusterWriter, ObjectRef, final
+from gpusched.kube.writer import ClusterWriter, ObjectRef
 from gpusched.model.node import NodeModel, TopologyKeys, node_from_k8s
 from gpusched.model.pod import PodInfo, pod_from_k8s
-from gpusched.observability.logging import decision_record
 from gpusched.observability.metrics import Metrics
 
 Logger = structlog.typing.FilteringBoundLogger
@@ -91,10 +93,6 @@ class Daemon:
         self.frameworks: dict[str, Framework] = {
             p.scheduler_name: Framework(p, registry, self.handle) for p in config.profiles
         }
-        self.cycles = {
-            name: SchedulingCycle(fw, self.cache, assume_ttl=math.inf)
-            for name, fw in self.frameworks.items()
-        }
         first = next(iter(self.frameworks.values()))
         # The loader insists every profile uses the same QueueSort, so one queue orders all.
         self.queue = SchedulingQueue(
@@ -122,12 +120,27 @@ class Daemon:
             query=[ACTIVE_PODS],
             watch_timeout=self.options.watch_timeout_seconds,
         )
-        self._nodes: dict[str, NodeModel] = {}
-        self._node_uids: dict[str, str] = {}
         self._warned: set[tuple[str, str]] = set()
-        self.bindings: set[asyncio.Task[None]] = set()
-        self._side: set[asyncio.Task[None]] = set()
-        self._timings: dict[str, tuple[dict[tuple[str, str], int], dict[tuple[str, str], int]]] = {}
+        self.tasks = Tasks(logger)
+        self.events = ClusterEvents(
+            self.cache, self.queue, [fw.waiting for fw in self.frameworks.values()], self.frameworks
+        )
+        self.schedule_one = ScheduleOne(
+            self.frameworks,
+            self.cache,
+            self.queue,
+            clock=clock,
+            observer=Reporter(
+                logger,
+                self.metrics,
+                self.writer,
+                self.tasks,
+                self.frameworks,
+                lambda: self.cache.snapshot.names,
+            ),
+            assume_ttl=config.assume_ttl_seconds,
+            keep_scores=True,
+        )
         self.ready = asyncio.Event()
         self.leading = asyncio.Event()  # the scheduling loop runs (we hold the Lease)
         self.stopped = asyncio.Event()  # run() has finished, the Lease released
@@ -146,8 +159,6 @@ class Daemon:
                 log=logger,
                 on_change=lambda leading: self.metrics.leader.set(1 if leading else 0),
             )
-        self.attempts = 0
-        self.bound = 0
         self.failed = False  # a core task died: `gpusched run` exits 1
 
     # -- lifecycle --------------------------------------------------------------------------
@@ -156,6 +167,18 @@ class Daemon:
         """Stop taking pods; `run` finishes the bindings in flight, releases the leader Lease
         and returns."""
         self._stop.set()
+
+    @property
+    def bound(self) -> int:
+        return self.schedule_one.bound
+
+    @property
+    def attempts(self) -> int:
+        return self.schedule_one.attempts
+
+    @property
+    def bindings(self) -> set[asyncio.Task[Any]]:
+        return self.tasks.bindings
 
     @property
     def is_ready(self) -> bool:
@@ -185,7 +208,7 @@ class Daemon:
             stop.cancel()
             self.log.info(
                 "started",
-                nodes=len(self._nodes),
+                nodes=len(self.events.nodes),
                 pods=len(self.cache.pods),
                 queued=len(self.queue),
                 profiles=list(self.frameworks),
@@ -278,85 +301,30 @@ class Daemon:
         return False
 
     async def _drain(self) -> None:
-        """Let the bindings in flight finish (up to bind_grace_seconds), unless the Lease is
-        lost: then another instance may already be handing out the same cards, so they are
-        cut short at once (their placements are undone, the new leader places the pods)."""
         lost = self.elector.lost if self.elector is not None else None
-        if self.bindings:
-            self.log.info("finishing bindings", in_flight=len(self.bindings))
-            pending = set(self.bindings)
-            grace = self.options.bind_grace_seconds
-            if lost is not None and lost.is_set():
-                grace = 0
-            all_done = asyncio.ensure_future(asyncio.wait(pending))
-            lost_wait = asyncio.ensure_future(lost.wait()) if lost is not None else None
-            waiters: set[asyncio.Future[Any]] = {all_done, *([lost_wait] if lost_wait else [])}
-            try:
-                await asyncio.wait(waiters, timeout=grace, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                all_done.cancel()
-                if lost_wait is not None:
-                    lost_wait.cancel()
-            late = {t for t in pending if not t.done()}
-            for task in late:
-                task.cancel()
-            if late:
-                # Let the cancelled cycles undo their placements before we report stopped.
-                await asyncio.wait(late, timeout=5.0)
-                self.log.warning(
-                    "bindings cut short",
-                    pods=len(late),
-                    reason="leader lease lost" if lost is not None and lost.is_set() else "",
-                    grace_seconds=self.options.bind_grace_seconds,
-                )
-        if self._side:
-            await asyncio.wait(set(self._side), timeout=5.0)
-
-    def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
-        task = asyncio.create_task(coro, name=name)
-        self._side.add(task)
-        task.add_done_callback(self._side_done)
-
-    def _side_done(self, task: asyncio.Task[None]) -> None:
-        self._side.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            self.log.error(
-                "background write failed", task=task.get_name(), error=repr(task.exception())
-            )
+        await self.tasks.drain(self.options.bind_grace_seconds, lost)
 
     # -- watch handlers ---------------------------------------------------------------------
 
     def _on_node(self, kind: EventType, node: NodeModel) -> None:
         self.metrics.watch_events.labels("nodes").inc()
-        name = node.name
         if kind is EventType.DELETED:
-            self._nodes.pop(name, None)
-            self.cache.remove_node(name)
-            self.queue.move_all(ClusterEvent.NODE_DELETE)
+            self.events.node_deleted(node.name)
             return
-        old = self._nodes.get(name)
-        if old == node:
-            return  # a heartbeat: nothing the scheduler reads changed
         try:
-            self.cache.upsert_node(node)
+            self.events.node_changed(node)
         except ValueError as exc:
-            if old is not None:  # ignored means unused: not its previous row either
-                self._nodes.pop(name, None)
-                self.cache.remove_node(name)
-                self.queue.move_all(ClusterEvent.NODE_DELETE)
             self._node_warning(node, f"node ignored: {exc}")
             return
-        self._nodes[name] = node
         for warning in node.warnings:
             self._node_warning(node, warning)
-        self.queue.move_all(ClusterEvent.NODE_ADD if old is None else ClusterEvent.NODE_UPDATE)
 
     def _node_warning(self, node: NodeModel, warning: str) -> None:
         if (node.name, warning) in self._warned:
             return
         self._warned.add((node.name, warning))
         self.log.warning("node data", node=node.name, warning=warning)
-        self._spawn(
+        self.tasks.spawn(
             self.writer.event(
                 ObjectRef.node(node.name), "Warning", "GPUInventory", warning, action="ReadNode"
             ),
@@ -365,38 +333,11 @@ class Daemon:
 
     def _on_pod(self, kind: EventType, pod: PodInfo) -> None:
         self.metrics.watch_events.labels("pods").inc()
-        uid = pod.uid
         if kind is EventType.DELETED:
-            entry = self.cache.get(uid)
-            self.cache.remove_pod(uid)
-            self.queue.delete(uid)
-            self.writer.forget(uid)
-            for fw in self.frameworks.values():
-                wp = fw.waiting.get(uid)
-                if wp is not None:
-                    wp.reject("", f"pod {pod.key} was deleted")
-            if entry is not None and entry.alloc is not None:
-                self.queue.move_all(ClusterEvent.ASSIGNED_POD_DELETE)
-            return
-        if pod.node_name:
-            # Bound, by us or any other scheduler: its usage counts, it is not ours to place.
-            self.queue.delete(uid)
-            self.cache.add_or_update_pod(pod)
-            return
-        if pod.scheduler_name not in self.frameworks:
-            return
-        if pod.deleting:
-            self.queue.delete(uid)
-            return
-        if self.cache.get(uid) is not None:
-            # Assumed: its binding is in flight (this is e.g. our own PreBind patch) or
-            # done and the watch has not shown the binding yet. The queue still learns the
-            # new version if the pod is in flight: a failed binding requeues the latest
-            # pod, as kube-scheduler's handleSchedulingFailure does.
-            if uid in self.queue.inflight:
-                self.queue.add(pod)
-            return
-        self.queue.add(pod)
+            self.writer.forget(pod.uid)
+            self.events.pod_deleted(pod)
+        else:
+            self.events.pod_changed(pod)
 
     # -- scheduling -------------------------------------------------------------------------
 
@@ -411,161 +352,10 @@ class Daemon:
             await asyncio.sleep(0)
 
     def _attempt(self, info: QueuedPodInfo) -> None:
-        uid = info.pod.uid
-        assumed_before = self.cache.get(uid) is not None
-        binding_tasks = len(self.bindings)
-        try:
-            self._schedule_one(info)
-        except Exception as exc:  # a bug must cost one attempt, not the daemon
-            self.log.exception("scheduling attempt raised", pod=info.pod.key)
-            if (
-                not assumed_before
-                and len(self.bindings) == binding_tasks
-                and self.cache.is_assumed(uid)
-            ):
-                # It raised after assuming the pod (e.g. in Permit) and no binding cycle
-                # owns the placement: drop it, or the capacity leaks (no TTL runs before
-                # binding) and every later attempt sees an assumed pod and skips it.
-                self.cache.forget(uid)
-                for fw in self.frameworks.values():
-                    fw.waiting.remove(uid)
-            self.queue.requeue(info, unschedulable=False)
-            self._report_failure(info.pod, f"scheduler error: {exc!r}", "SchedulerError")
-
-    def _schedule_one(self, info: QueuedPodInfo) -> None:
-        pod = info.pod
-        cycle = self.cycles.get(pod.scheduler_name)
-        if cycle is None or pod.deleting or self.cache.get(pod.uid) is not None:
-            self.queue.done(pod.uid)
-            return
-        self.attempts += 1
-        t0 = time.perf_counter()
-        decision = cycle.schedule(pod, keep_scores=True)
-        self._observe_plugins(pod.scheduler_name)
-        if decision.result in (Result.SCHEDULED, Result.WAITING):
-            task = asyncio.create_task(
-                self._bind(info, cycle, decision, t0), name=f"bind {pod.key}"
-            )
-            self.bindings.add(task)
-            task.add_done_callback(self.bindings.discard)
-            return
-        unschedulable = decision.result is Result.UNSCHEDULABLE
-        rejected_by = {decision.status.plugin} if decision.status.plugin else set()
-        self.queue.requeue(info, unschedulable=unschedulable, rejected_by=rejected_by)
-        result = "unschedulable" if unschedulable else "error"
-        message = decision.message if unschedulable else f"scheduler error: {decision.status}"
-        self._finish(info, decision, result, message, t0)
-        self._report_failure(pod, message, "Unschedulable" if unschedulable else "SchedulerError")
-
-    async def _bind(
-        self, info: QueuedPodInfo, cycle: SchedulingCycle, decision: Decision, t0: float
-    ) -> None:
-        pod = decision.pod
-        tb = time.perf_counter_ns()
-        try:
-            st = await cycle.bind(decision)
-        except asyncio.CancelledError:
-            # Shutdown cut the binding short: undo the placement; the next daemon retries.
-            if self.cache.is_assumed(pod.uid):
-                cycle.unwind(decision)
-            raise
-        except Exception as exc:
-            if self.cache.is_assumed(pod.uid):
-                cycle.unwind(decision)
-            st = Status(Code.ERROR, (f"binding cycle raised {exc!r}",), "", exc)
-        bind_us = {"Binding": (time.perf_counter_ns() - tb) / 1e3}
-        if st.is_success():
-            self.bound += 1
-            self.cache.set_deadline(pod.uid, self.clock() + self.config.assume_ttl_seconds)
-            self.queue.done(pod.uid)
-            self.metrics.bindings.labels("bound").inc()
-            cards = decision.alloc.cards if decision.alloc else ()
-            where = f"{decision.node}" + (f" (cards {','.join(map(str, cards))})" if cards else "")
-            self._finish(info, decision, "bound", f"bound to {where}", t0, bind_us)
-            self._spawn(
-                self.writer.event(
-                    ObjectRef.pod(pod),
-                    "Normal",
-                    "Scheduled",
-                    f"Successfully assigned {pod.key} to {where}",
-                    action="Binding",
-                ),
-                f"event {pod.key}",
-            )
-            return
-        if final(st) or info.deleted:
-            # Gone or already bound: nothing to retry, and no storm of 409s.
-            self.queue.done(pod.uid)
-            self.metrics.bindings.labels("dropped").inc()
-            self._finish(info, decision, "dropped", st.message(), t0, bind_us)
-            return
-        self.metrics.bindings.labels("failed").inc()
-        unschedulable = st.is_rejected()
-        self.queue.requeue(
-            info, unschedulable=unschedulable, rejected_by={st.plugin} if st.plugin else ()
-        )
-        message = st.message() or str(st)
-        self._finish(
-            info,
-            decision,
-            "unschedulable" if unschedulable else "bind_failed",
-            message,
-            t0,
-            bind_us,
-        )
-        self._report_failure(
-            pod,
-            message if unschedulable else f"binding rejected: {message}",
-            "Unschedulable" if unschedulable else "SchedulerError",
-        )
-
-    def _report_failure(self, pod: PodInfo, message: str, reason: str) -> None:
-        async def write() -> None:
-            await self.writer.event(ObjectRef.pod(pod), "Warning", "FailedScheduling", message)
-            await self.writer.pod_condition(pod, reason, message)
-
-        self._spawn(write(), f"report {pod.key}")
-
-    def _finish(
-        self,
-        info: QueuedPodInfo,
-        decision: Decision,
-        result: str,
-        message: str,
-        t0: float,
-        extra_us: dict[str, float] | None = None,
-    ) -> None:
-        profile = decision.pod.scheduler_name
-        seconds = time.perf_counter() - t0
-        metric_result = {"bound": "scheduled", "unschedulable": "unschedulable"}.get(
-            result, "error"
-        )
-        self.metrics.attempts.labels(metric_result, profile).inc()
-        self.metrics.attempt_duration.labels(metric_result, profile).observe(seconds)
-        record = decision_record(
-            decision,
-            names=self.cache.snapshot.names,
-            profile=profile,
-            attempt=info.attempts,
-            result=result,
-            message=message,
-            extra_us=extra_us,
-        )
-        if result in {"bound", "dropped"}:
-            self.log.info("decision", **record)
-        else:
-            self.log.warning("decision", **record)
-
-    def _observe_plugins(self, profile: str) -> None:
-        """Per-plugin durations of the last attempt into the plugin histogram."""
-        timings = self.frameworks[profile].timings
-        prev_ns, prev_calls = self._timings.get(profile, ({}, {}))
-        for key, ns in timings.ns.items():
-            calls = timings.calls[key] - prev_calls.get(key, 0)
-            if calls > 0:
-                per_call = (ns - prev_ns.get(key, 0)) / calls / 1e9
-                self.metrics.plugin_duration.labels(key[1], key[0], "Success").observe(per_call)
-        self._timings[profile] = (dict(timings.ns), dict(timings.calls))
+        """The loop's body: the scheduling cycle, then a task for the binding cycle."""
+        decision = self.schedule_one.attempt(info)
+        if decision is not None and decision.result in (Result.SCHEDULED, Result.WAITING):
+            self.tasks.bind(self.schedule_one.bind(info, decision), f"bind {info.pod.key}")
 
     # -- timers -----------------------------------------------------------------------------
 
@@ -579,13 +369,9 @@ class Daemon:
 
     def _tick(self) -> None:
         self.queue.flush()
-        for pod in self.cache.expire(self.clock()):
+        for pod in self.schedule_one.expire(self.pod_watch.get):
             # The binding reported success but the watch never showed it: trust the API.
             self.log.warning("assumed pod expired", pod=pod.key, uid=pod.uid)
-            latest = self.pod_watch.get(pod.uid)
-            if latest is not None and not latest.node_name and not latest.deleting:
-                self.queue.add(latest)
-            self.queue.move_all(ClusterEvent.ASSIGNED_POD_DELETE)
         for name, count in self.queue.pending().items():
             self.metrics.pending.labels(name).set(count)
 

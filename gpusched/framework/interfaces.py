@@ -196,18 +196,28 @@ class Diagnosis:
     def __init__(self, total_nodes: int = 0, pre_filter_status: Status | None = None) -> None:
         self.total_nodes = total_nodes
         self.pre_filter_status = pre_filter_status
-        self._steps: list[tuple[Mask, FilterResult]] = []
+        self._steps: list[tuple[Mask, FilterResult, str]] = []
         self._reasons: dict[str, int] | None = None
         self._unresolvable: Mask | None = None
 
-    def record(self, candidates: Mask, result: FilterResult) -> None:
-        self._steps.append((candidates, result))
+    def record(self, candidates: Mask, result: FilterResult, plugin: str = "") -> None:
+        self._steps.append((candidates, result, plugin))
         self._reasons = None
+
+    @property
+    def rejected_by(self) -> frozenset[str]:
+        """The Filter plugins that rejected at least one node (kube-scheduler's
+        UnschedulablePlugins): the requeue hint asks whether an event may change their mind."""
+        return frozenset(
+            plugin
+            for before, res, plugin in self._steps
+            if plugin and bool(np.any(before & ~res.feasible))
+        )
 
     def _count(self) -> dict[str, int]:
         reasons: dict[str, int] = {}
         unresolvable: Mask | None = None
-        for before, res in self._steps:
+        for before, res, _plugin in self._steps:
             rejected = before & ~res.feasible
             n = int(np.count_nonzero(rejected))
             if not n or not res.reasons:

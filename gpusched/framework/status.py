@@ -38,6 +38,19 @@ _LABELS = {
 }
 
 
+class ClusterWriteError(Exception):
+    """The `error` of a Status from a write to the cluster (PreBind, Bind). `final`: the pod
+    no longer exists, or is already bound or was re-created (the API answered 404 or 409),
+    so the attempt ends without a retry."""
+
+    final: bool = False
+
+
+def ends_attempt(status: Status) -> bool:
+    """Whether a failed binding must not be retried (see ClusterWriteError.final)."""
+    return isinstance(status.error, ClusterWriteError) and status.error.final
+
+
 @dataclass(frozen=True, slots=True)
 class Status:
     code: Code = Code.SUCCESS

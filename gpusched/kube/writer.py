@@ -25,7 +25,7 @@ from typing import Any
 
 import aiohttp
 
-from gpusched.framework.status import Code, Status
+from gpusched.framework.status import ClusterWriteError, Code, Status
 from gpusched.kube.client import JSON, ApiError, Kube
 from gpusched.kube.ops import bind_pod, pod_path
 from gpusched.model.pod import PodInfo
@@ -60,12 +60,13 @@ class TokenBucket:
             self.tokens -= 1
 
 
-class WriteError(Exception):
+class WriteError(ClusterWriteError):
     """Why a write failed; `status` is the HTTP code, 0 for a connection error."""
 
     def __init__(self, status: int, message: str) -> None:
         super().__init__(message)
         self.status = status
+        self.final = self.pod_gone or self.conflict
 
     @property
     def pod_gone(self) -> bool:
@@ -74,13 +75,6 @@ class WriteError(Exception):
     @property
     def conflict(self) -> bool:
         return self.status == 409
-
-
-def final(status: Status) -> bool:
-    """Whether a failed binding must not be retried: the pod is gone (404), or already
-    bound or replaced by a new pod of the same name (409)."""
-    err = status.error
-    return isinstance(err, WriteError) and (err.pod_gone or err.conflict)
 
 
 def _failure(what: str, pod: PodInfo, exc: Exception) -> Status:

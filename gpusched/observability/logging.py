@@ -18,7 +18,7 @@ import numpy as np
 import orjson
 import structlog
 
-from gpusched.core.scheduler import Decision
+from gpusched.core.schedule_one import Decision
 
 TOP_NODES = 5
 

@@ -12,7 +12,7 @@ import numpy as np
 
 from gpusched.config.profile import Profile
 from gpusched.core.runtime.registry import Registry
-from gpusched.core.scheduler import Result
+from gpusched.core.schedule_one import Result
 from gpusched.model.pod import GpuKind, PodInfo
 from gpusched.sim.engine import Simulation
 from gpusched.sim.generator import Fleet
@@ -81,6 +81,7 @@ def run_profile(
             if pod.job_id:
                 placed_rows[pod.job_id].append(d.alloc.row)
         else:
+            sim.withdraw(pod.uid)  # the demo counts it unplaced; no retry later
             unplaced[kind] += 1
             errors += d.result is Result.ERROR
         if progress is not None and i % 256 == 0:

@@ -1,23 +1,39 @@
-"""The simulator: the daemon's framework, plugins, cache and cycles over an in-memory
-cluster and a virtual clock. Only the ClusterPort and the clock differ from the daemon."""
+"""The simulator: the daemon's scheduling loop over an in-memory cluster and a virtual clock.
+
+Everything a pod meets is the daemon's: the event handlers (core/events.py), the queue, the
+framework and plugins, and ScheduleOne (core/schedule_one.py: attempt, assume, bind, unwind,
+requeue, Permit waiting). Only three things differ, each the simulator's by nature:
+
+* the ClusterPort (`InMemoryCluster`): a bind is delivered to the event handlers at once,
+  as the daemon's pod watch would deliver it, with the annotations written at PreBind;
+* the clock: virtual, advanced by the caller (`advance`), which also times Permit waits out
+  and flushes the backoff queue, as the daemon's 1 s ticker does;
+* the binding cycle runs inline (its ports never suspend) instead of as an asyncio task; a
+  pod parked at Permit resumes its binding cycle when the waiting pod is resolved.
+"""
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Mapping
+from typing import Any, TypeVar
 
 from gpusched.config.profile import Profile
 from gpusched.core.cache.cache import ClusterCache
 from gpusched.core.cache.snapshot import Snapshot
+from gpusched.core.events import ClusterEvents
 from gpusched.core.handle import SchedulerHandle
+from gpusched.core.queue import QueuedPodInfo, SchedulingQueue
 from gpusched.core.runtime.framework import Framework, TieBreak
 from gpusched.core.runtime.registry import Registry
-from gpusched.core.scheduler import Decision, Result, SchedulingCycle, run_sync
-from gpusched.framework.status import Code, Status
+from gpusched.core.schedule_one import Decision, NullObserver, Outcome, Result, ScheduleOne
+from gpusched.framework.status import ClusterWriteError, Code, Status
 from gpusched.model import keys
 from gpusched.model.node import NodeModel
 from gpusched.model.pod import PodInfo, parse_gpu_ids
 from gpusched.sim.thermal import ThermalModel
+
+T = TypeVar("T")
 
 
 class VirtualClock:
@@ -31,12 +47,17 @@ class VirtualClock:
         self.t = max(self.t, t)
 
 
-class InMemoryCluster:
-    """The ClusterPort of the simulator: a bind is seen by the cache at once, as the
-    daemon's watch would deliver it, with the annotations written at PreBind."""
+class AlreadyBoundError(ClusterWriteError):
+    """The API's 409 for a second binding of one pod: the attempt ends, no retry."""
 
-    def __init__(self, cache: ClusterCache) -> None:
-        self.cache = cache
+    final = True
+
+
+class InMemoryCluster:
+    """The ClusterPort of the simulator."""
+
+    def __init__(self) -> None:
+        self.events: ClusterEvents | None = None
         self._pending: dict[str, dict[str, str]] = {}
         self.bound: dict[str, PodInfo] = {}
 
@@ -46,7 +67,8 @@ class InMemoryCluster:
 
     async def bind(self, pod: PodInfo, node: str) -> Status:
         if pod.uid in self.bound:
-            return Status(Code.ERROR, (f"pod {pod.key} is already bound",))
+            message = f"pod {pod.key} is already bound"
+            return Status(Code.ERROR, (message,), "", AlreadyBoundError(message))
         ann = {**pod.annotations, **self._pending.pop(pod.uid, {})}
         raw = ann.get(keys.GPU_IDS)
         ids = parse_gpu_ids(raw) if raw else ()
@@ -54,12 +76,46 @@ class InMemoryCluster:
             pod, node_name=node, annotations=ann, gpu_ids=ids, phase="Running"
         )
         self.bound[pod.uid] = bound
-        self.cache.add_or_update_pod(bound)
+        assert self.events is not None
+        self.events.pod_changed(bound)  # what the daemon's pod watch delivers next
         return Status()
 
-    def delete(self, uid: str) -> None:
-        self.bound.pop(uid, None)
-        self.cache.remove_pod(uid)
+    def delete(self, pod: PodInfo) -> None:
+        self.bound.pop(pod.uid, None)
+        self._pending.pop(pod.uid, None)
+        assert self.events is not None
+        self.events.pod_deleted(pod)
+
+
+class _Observer(NullObserver):
+    """Heats a node when a pod binds there, and tells the simulation's caller."""
+
+    def __init__(self, thermal: ThermalModel) -> None:
+        self.thermal = thermal
+        self.on_bound: Callable[[Decision], None] | None = None
+        self.errors = 0
+        # ScheduleOne logs and swallows a failing report (the daemon must go on); the
+        # simulator's caller must hear of a bug in its own callback instead.
+        self.failure: Exception | None = None
+
+    def finished(
+        self,
+        info: QueuedPodInfo,
+        decision: Decision,
+        outcome: Outcome,
+        message: str,
+        bind_us: Mapping[str, float] | None,
+    ) -> None:
+        if outcome in (Outcome.ERROR, Outcome.BIND_FAILED):
+            self.errors += 1
+        if outcome is Outcome.BOUND:
+            if decision.alloc is not None:
+                self.thermal.update(decision.alloc.row)
+            if self.on_bound is not None:
+                try:
+                    self.on_bound(decision)
+                except Exception as exc:
+                    self.failure = exc
 
 
 class Simulation:
@@ -77,32 +133,118 @@ class Simulation:
         node_list = list(nodes)
         self.clock = VirtualClock()
         self.cache = ClusterCache(Snapshot(max_cards, capacity=max(64, len(node_list))))
-        for node in node_list:
-            self.cache.upsert_node(node)
-        # Without idle temperatures the nodes report none (NaN): Thermal scores neutral.
-        self.thermal = ThermalModel(self.cache.snapshot, idle_temperatures or {})
-        self.cluster = InMemoryCluster(self.cache)
+        self.cluster = InMemoryCluster()
         self.handle = SchedulerHandle(self.cache, self.cluster, self.clock)
         self.fw = Framework(profile, registry, self.handle, seed=seed, tie_break=tie_break)
-        self.cycle = SchedulingCycle(self.fw, self.cache, assume_ttl=float("inf"))
+        self.queue = SchedulingQueue(self.fw.less, self.clock)
+        self.events = ClusterEvents(self.cache, self.queue, [self.fw.waiting], [self.name])
+        self.cluster.events = self.events
+        for node in node_list:
+            self.events.node_changed(node)  # the daemon's node watch, at start-up
+        # Without idle temperatures the nodes report none (NaN): Thermal scores neutral.
+        self.thermal = ThermalModel(self.cache.snapshot, idle_temperatures or {})
+        self.observer = _Observer(self.thermal)
+        self.schedule_one = ScheduleOne(
+            {self.name: self.fw}, self.cache, self.queue, clock=self.clock, observer=self.observer
+        )
+        self._ready: list[tuple[QueuedPodInfo, Decision]] = []
+        self._decisions: dict[str, Decision] = {}
+
+    def on_bound(self, callback: Callable[[Decision], None] | None) -> None:
+        """Call `callback` with the decision of every pod the loop binds (also pods retried
+        after an event, which `submit` does not return)."""
+        self.observer.on_bound = callback
+
+    @property
+    def errors(self) -> int:
+        """Attempts that ended in an Error (a plugin or the scheduler failed)."""
+        return self.observer.errors
+
+    @property
+    def name(self) -> str:
+        return self.fw.scheduler_name
 
     @property
     def snapshot(self) -> Snapshot:
         return self.cache.snapshot
 
     def submit(self, pod: PodInfo, *, keep_scores: bool = False) -> Decision:
-        decision = self.cycle.schedule(pod, keep_scores=keep_scores)
-        if decision.result is Result.SCHEDULED:
-            st = run_sync(self.cycle.bind(decision))
-            if not st.is_success():
-                decision.result = Result.ERROR
-                decision.status = st
-            elif decision.alloc is not None:
-                self.thermal.update(decision.alloc.row)
+        """A pod arrives (the watch's ADDED) and the loop runs until nothing is ready. The
+        pod's decision says where it went; an unplaced pod stays queued, as in the daemon,
+        until `withdraw` or `delete` (the FGD protocol drops it at once)."""
+        if pod.scheduler_name != self.name:
+            pod = dataclasses.replace(pod, scheduler_name=self.name)
+        if self.cache.get(pod.uid) is not None or self.queue.where(pod.uid):
+            raise ValueError(f"pod {pod.key} ({pod.uid}) was already submitted")
+        self.schedule_one.keep_scores = keep_scores
+        self._decisions.clear()
+        self.events.pod_changed(pod)
+        self.run()
+        decision = self._decisions.get(pod.uid)
+        if decision is None:
+            raise RuntimeError(f"pod {pod.key} was queued but never attempted")
         return decision
 
+    def run(self) -> None:
+        """The daemon's scheduling loop until activeQ is empty and no binding is ready."""
+        s1 = self.schedule_one
+        while True:
+            if self._ready:
+                ready, parked = self._ready.pop(0)
+                run_sync(s1.bind(ready, parked))
+                continue
+            if self.observer.failure is not None:
+                failure, self.observer.failure = self.observer.failure, None
+                raise failure
+            info = self.queue.pop_nowait()
+            if info is None:
+                return
+            decision = s1.attempt(info)
+            if decision is None:
+                continue
+            self._decisions[info.uid] = decision
+            if decision.result is Result.SCHEDULED:
+                run_sync(s1.bind(info, decision))
+            elif decision.result is Result.WAITING:
+                self._park(info, decision)
+
+    def _park(self, info: QueuedPodInfo, decision: Decision) -> None:
+        waiting = self.fw.waiting.get(info.uid)
+        assert waiting is not None
+        # Resumed from the loop, not inside whichever plugin resolves the wait (a gang's
+        # last member allowing the others during its own cycle).
+        waiting.on_resolve(lambda: self._ready.append((info, decision)))
+
+    def advance(self, t: float) -> None:
+        """Move the virtual clock to `t`: Permit waits time out, finished backoffs and
+        long-unschedulable pods are retried (the daemon's ticker), and the loop runs."""
+        self.clock.advance_to(t)
+        for waiting in self.fw.waiting:
+            waiting.check_timeout(self.clock())
+        self.queue.flush()
+        self.run()
+
+    def withdraw(self, uid: str) -> None:
+        """A queued pod leaves without ever being placed (deleted before it started)."""
+        self.queue.delete(uid)
+
     def delete(self, uid: str) -> None:
+        """A placed pod leaves (the watch's DELETED): capacity freed, waiting pods moved."""
         entry = self.cache.get(uid)
-        self.cluster.delete(uid)
-        if entry is not None and entry.alloc is not None:
+        if entry is None:
+            self.withdraw(uid)
+            return
+        self.cluster.delete(entry.pod)
+        if entry.alloc is not None:
             self.thermal.update(entry.alloc.row)
+
+
+def run_sync(coro: Coroutine[Any, Any, T]) -> T:
+    """Drive a coroutine that never suspends (the simulator's binding cycle) without an
+    event loop: a loop would cost more than the whole in-memory bind."""
+    try:
+        coro.send(None)
+    except StopIteration as stop:
+        return stop.value  # type: ignore[no-any-return]
+    coro.close()
+    raise RuntimeError("run_sync: the coroutine suspended; use an event loop")

@@ -10,10 +10,12 @@ artifact's ``merge_alloc_discrete`` over those samples.
 
 A policy is a scheduler profile built from a configuration document through
 :mod:`gpusched.config` (the loader users use); only the profile differs between policies.
-Protocol choices are configuration: ties between top nodes are broken uniformly at random
-(kube-scheduler's ``selectHost``) by the framework's seeded tie-break, the Thermal filter is
-off for the published policies (the paper's simulator has no such filter; the trace has no
-temperatures, so it would pass every node anyway).
+Protocol choices are configuration: ties between top nodes are broken by the daemon's own
+rule (core/runtime/tie_break.py: the first node in an order hashed from the seed and the
+node name), the Thermal filter is off for the published policies (the paper's simulator
+has no such filter; the trace has no temperatures, so it would pass every node anyway).
+Two other tie-breaks stay available for comparison: the paper's simulator's seeded node
+order (``paper``) and kube-scheduler's uniform choice (``random``).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from numpy.typing import NDArray
 from gpusched.config import API_VERSION, KIND, builtin_profiles, config_from_dict
 from gpusched.config.profile import Profile
 from gpusched.core.runtime.registry import Registry
-from gpusched.core.scheduler import Result
+from gpusched.core.schedule_one import Result
 from gpusched.plugins.fgd_score.target import TargetClass
 from gpusched.sim.engine import Simulation
 from gpusched.sim.fgd_workload import FgdWorkload, build_workload, typical_pods
@@ -55,6 +57,8 @@ POLICIES: tuple[str, ...] = (
 )
 CURVE_POINTS = 131  # arrived demand 0..130 % in 1 % steps
 REPORT_AT = (90, 100, 110)
+# The daemon's rule (the default), the paper's simulator's node order, kube-scheduler's.
+TIE_BREAKS = ("node-order", "paper", "random")
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,7 +206,7 @@ def run_seed(
     workload: FgdWorkload | None = None,
     keep_placements: bool = False,
     ratio: float = 1.3,
-    tie_break: str = "first",
+    tie_break: str = "node-order",
     progress: Callable[[int, int], None] | None = None,
     profile: Profile | None = None,
 ) -> SeedRun:
@@ -212,10 +216,12 @@ def run_seed(
     gpu_nodes = [n for n in trace.nodes if n.gpu > 0]
     profile = profile or policy_profile(policy, trace, seed, registry)
     sim = Simulation(cluster_nodes(gpu_nodes), profile, registry, seed=seed)
-    if tie_break == "first":
+    if tie_break == "paper":
         sim.fw.tie_break = first_in_order(sim, wl)
-    elif tie_break != "random":
-        raise ValueError(f"tie_break must be 'first' or 'random', got {tie_break!r}")
+    elif tie_break == "random":
+        sim.fw.tie_break = uniform_choice(seed)
+    elif tie_break != "node-order":
+        raise ValueError(f"tie_break must be one of {', '.join(TIE_BREAKS)}, got {tie_break!r}")
     pods = workload_pods(wl.pods)
     capacity = sim.snapshot.gpu_milli_capacity()
     n = len(pods)
@@ -233,6 +239,8 @@ def run_seed(
             if keep_placements:
                 placements.append(Placement(i, pod.name, d.node, d.alloc.cards, d.alloc.milli))
         else:
+            # The protocol drops a pod no node takes (the daemon's queue would keep it).
+            sim.withdraw(pod.uid)
             dropped += 1
             errors += d.result is Result.ERROR
             if keep_placements:
@@ -256,8 +264,18 @@ def run_seed(
     )
 
 
+def uniform_choice(seed: int) -> Callable[[NDArray[np.intp]], int]:
+    """Tie-break for comparison only: kube-scheduler's selectHost, uniform among the best."""
+    rng = np.random.default_rng(seed)
+
+    def pick(ties: NDArray[np.intp]) -> int:
+        return int(ties[0]) if len(ties) == 1 else int(ties[rng.integers(len(ties))])
+
+    return pick
+
+
 def first_in_order(sim: Simulation, wl: FgdWorkload) -> Callable[[NDArray[np.intp]], int]:
-    """Tie-break: the first top-scoring node in the seeded node order.
+    """Tie-break for comparison only: the first top-scoring node in the paper's node order.
 
     The simulator renames node i (name order) ``"%04d-" % perm[i] + name`` with a seeded
     permutation; a scheduler that walks nodes in name order and keeps the first best

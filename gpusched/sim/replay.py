@@ -18,11 +18,13 @@
   qos) created within ``job_window_s`` of the previous such pod form one job (a distributed
   job submits its workers together); every other pod is a job of one pod. A multi-pod job's
   pods carry ``ai.training/job-id`` so NetworkLocality sees them. Pods are not gang-bound.
-* **Queue.** A pod no node takes waits. After departures, waiting pods are retried in FIFO
-  order, but only a shape for which one of the freed nodes now has room (a departure frees
-  room on its own node only, so nothing else can have changed); a pod not started within
-  ``timeout_s`` of its arrival gives up, or is withdrawn when its trace deletion time passes,
-  whichever comes first (pods still waiting at the end included).
+* **Queue.** The daemon's: a pod no node takes waits in the scheduling queue as in a
+  cluster (core/schedule_one.py, core/queue/), and a departure moves waiting pods back to
+  be retried (AssignedPodDelete), honouring their backoff; the virtual clock stops at every
+  arrival, departure, deadline and backoff expiry, where the daemon's ticker would act. A
+  pod not started within ``timeout_s`` of its arrival gives up, or is withdrawn when its
+  trace deletion time passes, whichever comes first (pods still waiting at the end
+  included).
 * **Figures.** Whole-card job success (all pods of a whole-card job started within the
   timeout); hottest node temperature (max over time and nodes, and the time-weighted p99 of
   the hottest node); same-rack share (multi-pod jobs whose pods all started: share in the
@@ -37,7 +39,7 @@ from __future__ import annotations
 import heapq
 import math
 import time
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -46,11 +48,10 @@ import numpy as np
 from numpy.typing import NDArray
 
 from gpusched.config import builtin_profile
-from gpusched.core.cache.snapshot import Snapshot
 from gpusched.core.runtime.registry import Registry
-from gpusched.core.scheduler import Result
-from gpusched.model.node import FULL_CARD_MILLI, NodeModel
-from gpusched.model.pod import PodInfo, PodRequest
+from gpusched.core.schedule_one import Decision
+from gpusched.model.node import NodeModel
+from gpusched.model.pod import PodInfo
 from gpusched.sim.engine import Simulation
 from gpusched.sim.openb import TraceNode, TracePod
 from gpusched.sim.thermal import HOT_AMBIENT_C, IDLE_RISE_C, NORMAL_AMBIENT_C
@@ -304,30 +305,6 @@ class ReplayRun:
         return self.seconds / max(1, self.pods) * 1e6
 
 
-def _could_fit(snap: Snapshot, rows: Sequence[int], req: PodRequest) -> bool:
-    """A necessary condition for ``req`` to fit one of ``rows`` (cpu, memory, cards)."""
-    allowed = snap.allowed_models(req.gpu_models) if req.gpu_models else None
-    for row in rows:
-        if snap.node_cpu_free[row] < req.cpu_milli or snap.node_mem_free[row] < req.memory_bytes:
-            continue
-        if snap.node_pods_free[row] < 1:
-            continue
-        n = int(snap.node_card_count[row])
-        free = snap.card_free_milli[row, :n]
-        if allowed is not None:
-            models = snap.card_model[row, :n]
-            free = free[allowed[np.clip(models, 0, len(allowed) - 1)] & (models >= 0)]
-        if req.gpu_cards:
-            if int((free >= FULL_CARD_MILLI).sum()) >= req.gpu_cards:
-                return True
-        elif req.gpu_milli:
-            if len(free) and int(free.max()) >= req.gpu_milli:
-                return True
-        else:
-            return True
-    return False
-
-
 def _weighted_quantile(
     values: NDArray[np.float64], weights: NDArray[np.float64], q: float
 ) -> float:
@@ -337,17 +314,6 @@ def _weighted_quantile(
     cum = np.cumsum(weights[order])
     i = int(np.searchsorted(cum, q * cum[-1]))
     return float(values[order][min(i, len(values) - 1)])
-
-
-def _req_key(req: PodRequest) -> tuple[Any, ...]:
-    return (
-        req.cpu_milli,
-        req.memory_bytes,
-        req.gpu_cards,
-        req.gpu_milli,
-        req.gpu_mem_mib,
-        req.gpu_models,
-    )
 
 
 def replay(
@@ -377,6 +343,7 @@ def replay(
     capacity = snap.gpu_milli_capacity()
     pods = wl.pods
     n = len(pods)
+    index_of = {p.info.uid: p.index for p in pods}
     start = np.full(n, np.nan)
     row_of = np.full(n, -1, np.int64)
     held = np.zeros(n, np.int64)  # milli-GPU a started pod holds
@@ -390,14 +357,13 @@ def replay(
     spread_area: dict[str, float] = {}
     spread_time: dict[str, float] = {}
     departures: list[tuple[float, int]] = []  # (time, pod index)
-    pending: dict[tuple[Any, ...], deque[int]] = {}
+    deadlines: list[tuple[float, int]] = []  # (time, pod index) of pods still queued
     used = 0
     peak = 0
     alloc_area = 0.0
     hot_t: list[float] = []  # hottest node temperature on each segment
     hot_w: list[float] = []  # the segment's duration
     hottest_max = -math.inf
-    retries = errors = 0
     now = 0.0
     t_start, t_end = wl.window
 
@@ -405,13 +371,12 @@ def replay(
         temps = snap.node_temp[gpu_rows]
         return float(np.nanmax(temps)) if np.isfinite(temps).any() else math.nan
 
-    def try_start(i: int) -> bool:
-        nonlocal used, peak, errors
+    def started(d: Decision) -> None:
+        """The loop bound a pod: at its arrival, or later, retried after an event."""
+        nonlocal used, peak
+        i = index_of[d.pod.uid]
         p = pods[i]
-        d = sim.submit(p.info)
-        if d.result is not Result.SCHEDULED or d.alloc is None:
-            errors += d.result is Result.ERROR
-            return False
+        assert d.alloc is not None
         start[i] = now
         row_of[i] = d.alloc.row
         held[i] = sum(d.alloc.milli)
@@ -424,7 +389,8 @@ def replay(
             to_start[p.job] -= 1
             if to_start[p.job] == 0 and p.job not in broken_jobs:
                 running_jobs[p.job] = np.unique(row_of[np.asarray(job_pods[p.job])])
-        return True
+
+    sim.on_bound(started)
 
     def withdrawn_first(i: int) -> bool:
         """The trace deletes the pod (at arrival + lifetime) before it gives up (once past
@@ -432,43 +398,7 @@ def replay(
         life = pods[i].lifetime
         return life is not None and life <= cfg.timeout_s
 
-    def alive(i: int) -> bool:
-        """Still waiting: not withdrawn by the trace, not past the timeout. A pod past both
-        deadlines is counted by the one it reached first, whenever it is looked at."""
-        p = pods[i]
-        if withdrawn_first(i) and now >= p.arrival + (p.lifetime or 0.0):
-            withdrawn[i] = True
-            return False
-        if now > p.arrival + cfg.timeout_s:
-            gave_up[i] = True
-            return False
-        return True
-
-    def retry(freed: list[int]) -> None:
-        nonlocal retries
-        heads = []
-        for key, q in pending.items():
-            while q and not alive(q[0]):
-                q.popleft()
-            if q:
-                heads.append((q[0], key))
-        heads.sort()
-        for _, key in heads:
-            q = pending[key]
-            if not _could_fit(snap, freed, pods[q[0]].info.request):
-                continue
-            while q:
-                if not alive(q[0]):
-                    q.popleft()
-                    continue
-                retries += 1
-                if not try_start(q[0]):
-                    break
-                q.popleft()
-        for key in [k for k, q in pending.items() if not q]:
-            del pending[key]
-
-    def advance(t: float) -> None:
+    def account(t: float) -> None:
         nonlocal now, alloc_area
         # Cluster-wide time-weighted figures cover the window, not the start nor the drain.
         dt = min(t, t_end) - max(now, t_start)
@@ -488,45 +418,64 @@ def replay(
                     spread_area[job] = spread_area.get(job, 0.0) + spread * run_dt
                     spread_time[job] = spread_time.get(job, 0.0) + run_dt
         now = max(now, t)
-        sim.clock.advance_to(now)
 
     hottest_max = hottest()
     t0 = time.perf_counter()
     a = 0
-    while a < n or departures:
-        if departures and (a >= n or departures[0][0] <= pods[a].arrival):
-            t = departures[0][0]
-            advance(t)
-            freed: list[int] = []
+    inf = math.inf
+    while True:
+        t_depart = departures[0][0] if departures else inf
+        t_arrive = pods[a].arrival if a < n else inf
+        t_deadline = deadlines[0][0] if deadlines else inf
+        wakeup = sim.queue.next_wakeup()
+        t_wake = wakeup if wakeup is not None else inf
+        t = min(t_depart, t_arrive, t_deadline, t_wake)
+        if t == inf or (t == t_deadline and a >= n and not departures and wakeup is None):
+            break  # only deadlines of pods nothing can start any more: counted below
+        account(t)
+        if t == t_depart:
+            # Departures first at equal times; the capacity they free moves waiting pods.
             while departures and departures[0][0] == t:
                 _, i = heapq.heappop(departures)
                 sim.delete(pods[i].info.uid)
                 used -= int(held[i])
-                freed.append(int(row_of[i]))
                 job = pods[i].job
                 if job:
                     running_jobs.pop(job, None)
                     broken_jobs.add(job)
-            if pending:
-                retry(sorted(set(freed)))
-        else:
+            sim.advance(t)
+        elif t == t_arrive:
             p = pods[a]
-            advance(p.arrival)
-            if not try_start(a):
-                pending.setdefault(_req_key(p.info.request), deque()).append(a)
+            sim.advance(t)
+            sim.submit(p.info)
+            if math.isnan(start[a]):
+                life = p.lifetime or 0.0
+                limit = p.arrival + (life if withdrawn_first(a) else cfg.timeout_s)
+                heapq.heappush(deadlines, (limit, a))
             a += 1
             if progress is not None and a % 512 == 0:
                 progress(a, n)
+        elif t == t_deadline:
+            sim.advance(t)
+            while deadlines and deadlines[0][0] <= t:
+                _, i = heapq.heappop(deadlines)
+                if math.isnan(start[i]):
+                    # Still queued: the trace deletes it, or it gives up.
+                    sim.withdraw(pods[i].info.uid)
+                    withdrawn[i] = withdrawn_first(i)
+                    gave_up[i] = not withdrawn_first(i)
+        else:
+            sim.advance(t)  # a backoff ends: the daemon's ticker retries the pod
         hottest_max = max(hottest_max, hottest())
     seconds = time.perf_counter() - t0
     # Pods still waiting at the end never start (nothing changes after the last event):
     # each is counted by the deadline it reaches first, withdrawal or timeout.
-    for q in pending.values():
-        for i in q:
-            if withdrawn_first(i):
-                withdrawn[i] = True
-            else:
-                gave_up[i] = True
+    for _, i in deadlines:
+        if math.isnan(start[i]):
+            withdrawn[i] = withdrawn_first(i)
+            gave_up[i] = not withdrawn_first(i)
+    retries = sim.schedule_one.attempts - n
+    errors = sim.errors
     span = t_end - t_start
     waits = (start - np.asarray([p.arrival for p in pods]))[np.isfinite(start)]
     # Figures.

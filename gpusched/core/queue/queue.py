@@ -126,13 +126,14 @@ class SchedulingQueue:
         self.backoff.remove(uid)
         self.unschedulable.remove(uid)
 
-    def move_all(self, event: ClusterEvent) -> int:
-        """Move unschedulable pods the event may help; returns how many moved."""
+    def move_all(self, event: ClusterEvent, *, exclude: str = "") -> int:
+        """Move unschedulable pods the event may help; returns how many moved. `exclude`: a
+        pod the event is about (its own placement was just undone) that must stay put."""
         self._move_seq += 1
         now = self.clock()
         moved = 0
         for info in self.unschedulable:
-            if may_help(info.rejected_by, event):
+            if info.uid != exclude and may_help(info.rejected_by, event):
                 self.unschedulable.remove(info.uid)
                 self._requeue_moved(info, now)
                 moved += 1
@@ -206,8 +207,16 @@ class SchedulingQueue:
         return moved
 
     def next_wakeup(self) -> float | None:
-        """When `flush` next has something to do from backoffQ (None: nothing pending)."""
-        return self.backoff.next_expiry()
+        """When `flush` next has something to do (None: nothing pending): a backoff ends, or
+        a pod has been unschedulable for max_unschedulable at a leftover check. The
+        simulator stops its virtual clock there, where the daemon's ticker would act."""
+        times = []
+        if (backoff := self.backoff.next_expiry()) is not None:
+            times.append(backoff)
+        if (oldest := self.unschedulable.oldest()) is not None:
+            check = self._last_leftover + min(LEFTOVER_CHECK_SECONDS, self.max_unschedulable)
+            times.append(max(oldest.timestamp + self.max_unschedulable, check))
+        return min(times) if times else None
 
     def close(self) -> None:
         self._closed = True

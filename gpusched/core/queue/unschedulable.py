@@ -10,5 +10,10 @@ class UnschedulablePods(PodMap):
     def add(self, info: QueuedPodInfo) -> None:
         self._by_uid[info.uid] = info
 
+    def oldest(self) -> QueuedPodInfo | None:
+        """The pod parked longest: the first in insertion order, since pods are parked at
+        the clock's current time and the clock never goes back."""
+        return next(iter(self._by_uid.values()), None)
+
     def older_than(self, cutoff: float) -> list[QueuedPodInfo]:
         return [i for i in self._by_uid.values() if i.timestamp <= cutoff]

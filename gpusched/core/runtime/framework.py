@@ -16,6 +16,7 @@ import numpy as np
 
 from gpusched.config.profile import ConfigError, Point, Profile
 from gpusched.core.runtime.registry import Registry
+from gpusched.core.runtime.tie_break import SeededNodeOrder
 from gpusched.core.runtime.waiting import WaitingPod, WaitingPods
 from gpusched.framework.cycle_state import CycleState
 from gpusched.framework.interfaces import (
@@ -39,7 +40,7 @@ from gpusched.framework.interfaces import (
     ScorePlugin,
     Scores,
 )
-from gpusched.framework.status import Code, Status
+from gpusched.framework.status import SUCCESS, Code, Status
 from gpusched.model.pod import PodInfo
 
 _PROTOCOLS: dict[Point, type] = {
@@ -59,6 +60,12 @@ _PROTOCOLS: dict[Point, type] = {
 INVALID_POD = "PodSpec"
 
 _log = logging.getLogger(__name__)
+
+
+def _raised(point: str, plugin: str, exc: Exception) -> Status:
+    """Every extension point turns a plugin's exception into this Error status: a plugin bug
+    costs the pod one attempt (requeued with backoff), never the scheduler."""
+    return Status(Code.ERROR, (f"{plugin} {point} raised {exc!r}",), plugin, exc)
 
 
 @dataclass(slots=True)
@@ -136,13 +143,14 @@ class Framework:
         tie_break: TieBreak | None = None,
         seed: int = 0,
     ) -> None:
+        """`seed` orders nodes for the tie-break (core/runtime/tie_break.py); `tie_break`
+        replaces the rule (the simulator's reproduction of the FGD paper's node order)."""
         self.profile = profile
         self.handle = handle
         self.scheduler_name = profile.scheduler_name
         self.timings = Timings()
         self.waiting = WaitingPods()
-        self._rng = np.random.default_rng(seed)
-        self.tie_break: TieBreak = tie_break or self._random_tie_break
+        self.tie_break: TieBreak = tie_break or SeededNodeOrder(handle, seed)
         self.plugins: dict[str, Any] = {}
         for name in profile.names():
             try:
@@ -211,12 +219,6 @@ class Framework:
 
     # -- helpers ---------------------------------------------------------------------------
 
-    def _random_tie_break(self, ties: Rows) -> int:
-        # kube-scheduler's selectHost picks uniformly among the best (reservoir sampling).
-        if len(ties) == 1:
-            return int(ties[0])
-        return int(ties[self._rng.integers(len(ties))])
-
     def less(self, a: PodInfo, b: PodInfo) -> bool:
         return self.queue_sort.less(a, b)
 
@@ -233,9 +235,7 @@ class Framework:
             try:
                 res, st = p.pre_filter(state, pod)
             except Exception as exc:  # a plugin bug must not take the scheduler down
-                return None, Status(
-                    Code.ERROR, (f"{p.name} PreFilter raised {exc!r}",), p.name, exc
-                )
+                return None, _raised("PreFilter", p.name, exc)
             self.timings.add("PreFilter", p.name, clock() - t0)
             if st.is_skip():
                 state.skip_filter.add(p.name)
@@ -255,9 +255,12 @@ class Framework:
             mask &= narrowed
         return mask
 
-    def run_filter(self, state: CycleState, pod: PodInfo, mask: Mask) -> tuple[Mask, Diagnosis]:
+    def run_filter(
+        self, state: CycleState, pod: PodInfo, mask: Mask
+    ) -> tuple[Mask, Diagnosis, Status]:
         """Run every Filter over the candidate mask; a row's reason is the first filter
-        that rejects it, as kube-scheduler stops at the first failing filter per node."""
+        that rejects it, as kube-scheduler stops at the first failing filter per node.
+        The Status is an Error only if a plugin raised."""
         diag = Diagnosis(total_nodes=self.handle.snapshot.size)
         clock = time.perf_counter_ns
         skip = state.skip_filter
@@ -265,13 +268,16 @@ class Framework:
             if skip and p.name in skip:
                 continue
             t0 = clock()
-            res = p.filter(state, pod, mask)
+            try:
+                res = p.filter(state, pod, mask)
+            except Exception as exc:
+                return mask, diag, _raised("Filter", p.name, exc)
             self.timings.add_slot(slot, clock() - t0)
             if res.feasible is mask:
                 continue  # the plugin let every candidate through
-            diag.record(mask, res)
+            diag.record(mask, res, p.name)
             mask = mask & res.feasible
-        return mask, diag
+        return mask, diag, SUCCESS
 
     def run_post_filter(
         self, state: CycleState, pod: PodInfo, diag: Diagnosis
@@ -279,7 +285,10 @@ class Framework:
         last = Status(Code.UNSCHEDULABLE, (diag.message(),))
         for p in self.post_filter:
             t0 = time.perf_counter_ns()
-            node, st = p.post_filter(state, pod, diag)
+            try:
+                node, st = p.post_filter(state, pod, diag)
+            except Exception as exc:
+                return None, _raised("PostFilter", p.name, exc)
             self.timings.add("PostFilter", p.name, time.perf_counter_ns() - t0)
             if st.is_success():
                 return node, st.with_plugin(p.name)
@@ -291,7 +300,10 @@ class Framework:
     def run_pre_score(self, state: CycleState, pod: PodInfo, rows: Rows) -> Status:
         for p in self.pre_score:
             t0 = time.perf_counter_ns()
-            st = p.pre_score(state, pod, rows)
+            try:
+                st = p.pre_score(state, pod, rows)
+            except Exception as exc:
+                return _raised("PreScore", p.name, exc)
             self.timings.add("PreScore", p.name, time.perf_counter_ns() - t0)
             if st.is_skip():
                 state.skip_score.add(p.name)
@@ -312,11 +324,14 @@ class Framework:
             if skip and p.name in skip:
                 continue
             t0 = clock()
-            raw = p.score(state, pod, rows)
-            norm = raw
-            if normalizes:
-                norm = raw.copy()
-                p.normalize(state, pod, norm)  # type: ignore[attr-defined]
+            try:
+                raw = p.score(state, pod, rows)
+                norm = raw
+                if normalizes:
+                    norm = raw.copy()
+                    p.normalize(state, pod, norm)  # type: ignore[attr-defined]
+            except Exception as exc:
+                return None, _raised("Score", p.name, exc)
             self.timings.add_slot(slot, clock() - t0)
             if len(norm) != len(rows):
                 return None, Status(
@@ -355,7 +370,7 @@ class Framework:
             try:
                 st = p.reserve(state, pod, node)
             except Exception as exc:  # a plugin bug costs the attempt, not the placement state
-                st = Status(Code.ERROR, (f"{p.name} Reserve raised {exc!r}",), p.name, exc)
+                st = _raised("Reserve", p.name, exc)
             self.timings.add("Reserve", p.name, time.perf_counter_ns() - t0)
             if not st.is_success():
                 self._unreserve(self.reserve[: i + 1], state, pod, node)
@@ -384,7 +399,7 @@ class Framework:
             try:
                 st, timeout = p.permit(state, pod, node)
             except Exception as exc:
-                return Status(Code.ERROR, (f"{p.name} Permit raised {exc!r}",), p.name, exc)
+                return _raised("Permit", p.name, exc)
             self.timings.add("Permit", p.name, time.perf_counter_ns() - t0)
             if st.is_wait():
                 timeouts[p.name] = timeout
@@ -409,7 +424,10 @@ class Framework:
     async def run_pre_bind(self, state: CycleState, pod: PodInfo, node: str) -> Status:
         for p in self.pre_bind:
             t0 = time.perf_counter_ns()
-            st = await p.pre_bind(state, pod, node)
+            try:
+                st = await p.pre_bind(state, pod, node)
+            except Exception as exc:
+                return _raised("PreBind", p.name, exc)
             self.timings.add("PreBind", p.name, time.perf_counter_ns() - t0)
             if not st.is_success():
                 return st.with_plugin(p.name)
@@ -418,7 +436,10 @@ class Framework:
     async def run_bind(self, state: CycleState, pod: PodInfo, node: str) -> Status:
         for p in self.bind:
             t0 = time.perf_counter_ns()
-            st = await p.bind(state, pod, node)
+            try:
+                st = await p.bind(state, pod, node)
+            except Exception as exc:
+                return _raised("Bind", p.name, exc)
             self.timings.add("Bind", p.name, time.perf_counter_ns() - t0)
             if st.is_skip():
                 continue

@@ -7,7 +7,7 @@ it, or when the earliest plugin timeout passes (kube-scheduler's waitingPod sema
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from gpusched.framework.status import Code, Status
 from gpusched.model.pod import PodInfo
@@ -22,6 +22,7 @@ class WaitingPod:
         self._timeout_plugin = min(timeouts, key=lambda k: timeouts[k]) if timeouts else ""
         self._result: Status | None = None
         self._future: asyncio.Future[Status] | None = None
+        self._callbacks: list[Callable[[], None]] = []
 
     @property
     def done(self) -> bool:
@@ -55,6 +56,17 @@ class WaitingPod:
         self._result = status
         if self._future is not None and not self._future.done():
             self._future.set_result(status)
+        callbacks, self._callbacks = self._callbacks, []
+        for callback in callbacks:
+            callback()
+
+    def on_resolve(self, callback: Callable[[], None]) -> None:
+        """Call `callback` once the pod is allowed, rejected or timed out (at once if it
+        is). The simulator resumes the binding cycle from it; the daemon awaits `wait`."""
+        if self._result is not None:
+            callback()
+        else:
+            self._callbacks.append(callback)
 
     def result(self) -> Status | None:
         return self._result

@@ -153,7 +153,7 @@ async def test_pod_updated_while_its_binding_is_in_flight_is_requeued_as_updated
     d.pod_watch._line(event_line("ADDED", raw_pod("p", "1")))
     info = d.queue.pop_nowait()
     assert info is not None
-    d._schedule_one(info)
+    d._attempt(info)
     assert len(d.bindings) == 1
     await writer.binding.wait()
     # The user changes the pod while the Binding POST is in flight, which then fails.

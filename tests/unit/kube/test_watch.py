@@ -7,9 +7,10 @@ from typing import Any
 import orjson
 import pytest
 
+from gpusched.framework.status import ends_attempt as final
 from gpusched.kube.client import ApiError
 from gpusched.kube.watch import Backoff, EventType, GoneError, Reflector
-from gpusched.kube.writer import TokenBucket, WriteError, _failure, final
+from gpusched.kube.writer import TokenBucket, WriteError, _failure
 from gpusched.model.pod import PodInfo, PodRequest, pod_from_k8s
 
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from gpusched.config import API_VERSION, KIND, builtin_profiles, config_from_dict
-from gpusched.core.scheduler import Result
+from gpusched.core.schedule_one import Result
 from gpusched.model.node import Card, NodeModel
 from gpusched.model.pod import PodInfo, PodRequest
 from gpusched.plugins import default_registry

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from gpusched.config import builtin_profile
-from gpusched.core.scheduler import Result
+from gpusched.core.schedule_one import Result
 from gpusched.framework import CycleState
 from gpusched.model import keys
 from gpusched.model.node import Card, NodeModel

@@ -169,8 +169,9 @@ def test_a_seed_reproduces_the_result() -> None:
 
 
 def test_timeout_before_withdrawal_counts_as_given_up() -> None:
-    # c gives up at 50 + 600 = 650, before its trace deletion at 900; the departures at
-    # 1000 are the first time anyone looks at it: still given up, not withdrawn.
+    # c gives up at 50 + 600 = 650, before its trace deletion at 900: given up, not
+    # withdrawn. Meanwhile the queue retried it as the daemon's does, with no event, once it
+    # had been unschedulable for podMaxInUnschedulablePodsDuration (300 s): at 350 and 650.
     pods = [
         _pod("a", 0, 1000, gpus=2, cpu=1000),
         _pod("b", 0, 1000, gpus=2, cpu=2000),
@@ -178,7 +179,7 @@ def test_timeout_before_withdrawal_counts_as_given_up() -> None:
         _pod("z", 60, 5000, gpus=0),  # the trace's last deletion: a and b do leave
     ]
     run = _run(pods, _nodes(2, 2), ReplayConfig(timeout_s=600))
-    assert run.retries == 0 and math.isnan(run.starts["c"])
+    assert run.retries == 2 and math.isnan(run.starts["c"])
     assert run.gave_up == 1 and run.withdrawn == 0
 
 

@@ -1,0 +1,91 @@
+"""What a change in the cluster does to the cache, the queue and pods waiting at Permit.
+
+The daemon's watches call these handlers; the simulator's in-memory cluster calls the same
+ones when it binds or deletes a pod, so both see a bind, a deletion or a node change the
+same way (kube-scheduler's eventhandlers.go).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+
+from gpusched.core.cache.cache import ClusterCache
+from gpusched.core.queue import ClusterEvent, SchedulingQueue
+from gpusched.core.runtime.waiting import WaitingPods
+from gpusched.model.node import NodeModel
+from gpusched.model.pod import PodInfo
+
+
+class ClusterEvents:
+    def __init__(
+        self,
+        cache: ClusterCache,
+        queue: SchedulingQueue,
+        waiting: Collection[WaitingPods],
+        profiles: Collection[str],
+    ) -> None:
+        self.cache = cache
+        self.queue = queue
+        self.waiting = tuple(waiting)
+        self.profiles = frozenset(profiles)
+        self.nodes: dict[str, NodeModel] = {}
+
+    # -- pods -------------------------------------------------------------------------------
+
+    def pod_changed(self, pod: PodInfo) -> None:
+        """A pod added or updated (the watch's ADDED/MODIFIED)."""
+        uid = pod.uid
+        if pod.node_name:
+            # Bound, by us or any other scheduler: its usage counts, it is not ours to place.
+            self.queue.delete(uid)
+            self.cache.add_or_update_pod(pod)
+            return
+        if pod.scheduler_name not in self.profiles:
+            return
+        if pod.deleting:
+            self.queue.delete(uid)
+            return
+        if self.cache.get(uid) is not None:
+            # Assumed: its binding is in flight (this is e.g. our own PreBind patch) or
+            # done and the watch has not shown the binding yet. The queue still learns the
+            # new version if the pod is in flight: a failed binding requeues the latest
+            # pod, as kube-scheduler's handleSchedulingFailure does.
+            if uid in self.queue.inflight:
+                self.queue.add(pod)
+            return
+        self.queue.add(pod)
+
+    def pod_deleted(self, pod: PodInfo) -> None:
+        uid = pod.uid
+        entry = self.cache.get(uid)
+        self.cache.remove_pod(uid)
+        self.queue.delete(uid)
+        for waiting in self.waiting:
+            wp = waiting.get(uid)
+            if wp is not None:
+                wp.reject("", f"pod {pod.key} was deleted")
+        if entry is not None and entry.alloc is not None:
+            self.queue.move_all(ClusterEvent.ASSIGNED_POD_DELETE)
+
+    # -- nodes ------------------------------------------------------------------------------
+
+    def node_changed(self, node: NodeModel) -> None:
+        """A node added or updated. ValueError if the cache cannot use it (too many cards);
+        its previous row, if any, is then removed: ignored means unused."""
+        name = node.name
+        old = self.nodes.get(name)
+        if old == node:
+            return  # a heartbeat: nothing the scheduler reads changed
+        try:
+            self.cache.upsert_node(node)
+        except ValueError:
+            if old is not None:
+                self.node_deleted(name)
+            raise
+        self.nodes[name] = node
+        self.queue.move_all(ClusterEvent.NODE_ADD if old is None else ClusterEvent.NODE_UPDATE)
+
+    def node_deleted(self, name: str) -> None:
+        self.nodes.pop(name, None)
+        self.cache.remove_node(name)
+        self.queue.move_all(ClusterEvent.NODE_DELETE)

@@ -1,0 +1,419 @@
+"""One pod's attempt, shared by the daemon and the simulator (kube-scheduler's schedule_one.go).
+
+    attempt(info)                                   the scheduling cycle: synchronous
+      gate: no profile, being deleted, or already in the cache (assumed) -> done, no attempt
+      PreFilter -> Filter -> PostFilter -> PreScore -> Score -> select a node
+      Reserve (the cards) -> assume in the cache -> Permit
+      Success or Wait -> the caller runs bind(decision) (a task in the daemon, inline or
+                         when the waiting pod resolves in the simulator)
+      anything else   -> unwind what was done -> requeue -> observer
+    bind(decision)                                  the binding cycle: may await
+      wait on Permit -> PreBind -> Bind -> PostBind -> done
+      failure -> unwind -> requeue, or drop if the pod is gone or bound elsewhere -> observer
+
+Unwinding is one path for every failure after Reserve: Unreserve (every Reserve plugin,
+reverse order; Unreserve is idempotent), forget the assumed pod, then tell the queue that
+capacity was freed (AssignedPodDelete), as kube-scheduler's handleBindingCycleError does; a
+rejected pod is parked first so that event does not move it straight back.
+
+The daemon keeps only the lifecycle (watches, leader election, tasks, signals); the
+simulator only its clock and its in-memory cluster. Both drive this object, so queueing,
+Permit waiting, backoff and requeue behave the same in both.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+from gpusched.core.cache.cache import ClusterCache
+from gpusched.core.queue import ClusterEvent, QueuedPodInfo, SchedulingQueue
+from gpusched.core.runtime.framework import Framework, ScoreResult
+from gpusched.framework.cycle_state import CycleState
+from gpusched.framework.interfaces import ALLOCATION, Allocation, Diagnosis
+from gpusched.framework.status import Code, Status, ends_attempt
+from gpusched.model.pod import PodInfo
+
+_log = logging.getLogger(__name__)
+
+
+class Result(enum.Enum):
+    """Where the scheduling cycle left the pod."""
+
+    SCHEDULED = "scheduled"  # assumed; the binding cycle is next
+    WAITING = "waiting"  # assumed and parked at Permit; the binding cycle waits for it
+    UNSCHEDULABLE = "unschedulable"
+    ERROR = "error"
+
+
+class Outcome(enum.Enum):
+    """How an attempt ended, as the decision record's `result` says it."""
+
+    BOUND = "bound"
+    UNSCHEDULABLE = "unschedulable"  # requeued to wait for a cluster event
+    ERROR = "error"  # a plugin or the scheduler failed; requeued with backoff
+    BIND_FAILED = "bind_failed"  # PreBind or Bind failed; requeued with backoff
+    DROPPED = "dropped"  # the pod is gone or bound elsewhere: nothing to retry
+
+
+@dataclass(slots=True)
+class Decision:
+    pod: PodInfo
+    result: Result
+    status: Status
+    state: CycleState
+    node: str = ""
+    alloc: Allocation | None = None
+    diagnosis: Diagnosis | None = None
+    scores: ScoreResult | None = None
+    feasible: int = 0
+    nominated: str | None = None
+    point_ns: dict[str, int] = field(default_factory=dict)
+    # Plugins that rejected the pod (PreFilter, every Filter that rejected a node, Reserve,
+    # Permit, PreBind/Bind): the queue's requeue hint reads them.
+    rejected_by: frozenset[str] = frozenset()
+    started: float = 0.0  # perf_counter() when the attempt began: its duration's origin
+
+    @property
+    def message(self) -> str:
+        if self.diagnosis is not None and self.result is Result.UNSCHEDULABLE:
+            return self.diagnosis.message()
+        return self.status.message()
+
+
+class Observer(Protocol):
+    """Told how every attempt ended: the daemon logs the decision record, writes Events
+    and the PodScheduled condition and counts metrics; the simulator counts nothing."""
+
+    def finished(
+        self,
+        info: QueuedPodInfo,
+        decision: Decision,
+        outcome: Outcome,
+        message: str,
+        bind_us: Mapping[str, float] | None,
+    ) -> None: ...
+
+    def raised(self, info: QueuedPodInfo, exc: Exception) -> None:
+        """An attempt raised (a scheduler bug): it cost this attempt, nothing else."""
+        ...
+
+
+class NullObserver:
+    def finished(
+        self,
+        info: QueuedPodInfo,
+        decision: Decision,
+        outcome: Outcome,
+        message: str,
+        bind_us: Mapping[str, float] | None,
+    ) -> None:
+        return None
+
+    def raised(self, info: QueuedPodInfo, exc: Exception) -> None:
+        return None
+
+
+class ScheduleOne:
+    def __init__(
+        self,
+        frameworks: Mapping[str, Framework],
+        cache: ClusterCache,
+        queue: SchedulingQueue,
+        *,
+        clock: Callable[[], float],
+        observer: Observer | None = None,
+        assume_ttl: float = float("inf"),
+        keep_scores: bool = False,
+    ) -> None:
+        self.frameworks = dict(frameworks)
+        self.cache = cache
+        self.queue = queue
+        self.clock = clock
+        self.observer: Observer = observer or NullObserver()
+        # How long a bound pod stays assumed without the watch confirming it.
+        self.assume_ttl = assume_ttl
+        # The decision record lists the top nodes with each plugin's score; the simulator's
+        # hot path does not need them.
+        self.keep_scores = keep_scores
+        self.attempts = 0
+        self.bound = 0
+
+    # -- the scheduling cycle ---------------------------------------------------------------
+
+    def attempt(self, info: QueuedPodInfo) -> Decision | None:
+        """Schedule one popped pod. A Decision whose result is SCHEDULED or WAITING needs
+        `bind(info, decision)` next; every other ending is handled here (requeue, observer).
+        None: the pod needed no attempt (not ours, being deleted, or already assumed)."""
+        pod = info.pod
+        fw = self.frameworks.get(pod.scheduler_name)
+        if fw is None or pod.deleting or self.cache.get(pod.uid) is not None:
+            # Assumed already: its binding is in flight or done and not yet confirmed by the
+            # watch; a second attempt would hand out a second set of cards.
+            self.queue.done(pod.uid)
+            return None
+        self.attempts += 1
+        t0 = time.perf_counter()
+        try:
+            decision = self.schedule(fw, pod)
+        except Exception as exc:  # a bug must cost one attempt, not the scheduler
+            self._undo_after_raise(fw, pod)
+            self.queue.requeue(info, unschedulable=False)
+            self._raised(info, exc)
+            return None
+        decision.started = t0
+        if decision.result in (Result.SCHEDULED, Result.WAITING):
+            return decision
+        unschedulable = decision.result is Result.UNSCHEDULABLE
+        self.queue.requeue(info, unschedulable=unschedulable, rejected_by=decision.rejected_by)
+        if unschedulable:
+            self._finished(info, decision, Outcome.UNSCHEDULABLE, decision.message, None)
+        else:
+            message = f"scheduler error: {decision.status}"
+            self._finished(info, decision, Outcome.ERROR, message, None)
+        return decision
+
+    def schedule(self, fw: Framework, pod: PodInfo) -> Decision:
+        """The scheduling cycle proper: no await from reading the snapshot to assuming the pod,
+        so no event changes the columns under it. Undoes its own partial work on failure."""
+        state = CycleState()
+        clock = time.perf_counter_ns
+        ns: dict[str, int] = {}
+        t0 = clock()
+        rows, st = fw.run_pre_filter(state, pod)
+        t1 = clock()
+        ns["PreFilter"] = t1 - t0
+        if not st.is_success():
+            diag = Diagnosis(total_nodes=fw.handle.snapshot.size, pre_filter_status=st)
+            result = Result.ERROR if st.code is Code.ERROR else Result.UNSCHEDULABLE
+            return Decision(
+                pod, result, st, state, diagnosis=diag, point_ns=ns, rejected_by=_plugin(st)
+            )
+        feasible, diag, st = fw.run_filter(state, pod, fw.candidates(rows))
+        t2 = clock()
+        ns["Filter"] = t2 - t1
+        if not st.is_success():
+            return Decision(
+                pod, Result.ERROR, st, state, diagnosis=diag, point_ns=ns, rejected_by=_plugin(st)
+            )
+        frows = np.flatnonzero(feasible)
+        if len(frows) == 0:
+            nominated, pst = fw.run_post_filter(state, pod, diag)
+            ns["PostFilter"] = clock() - t2
+            if pst.code is Code.ERROR:
+                return Decision(pod, Result.ERROR, pst, state, diagnosis=diag, point_ns=ns)
+            status = Status(Code.UNSCHEDULABLE, (diag.message(),), pst.plugin)
+            return Decision(
+                pod,
+                Result.UNSCHEDULABLE,
+                status,
+                state,
+                diagnosis=diag,
+                nominated=nominated,
+                point_ns=ns,
+                rejected_by=diag.rejected_by,
+            )
+        st = fw.run_pre_score(state, pod, frows)
+        if not st.is_success():
+            return Decision(
+                pod, Result.ERROR, st, state, diagnosis=diag, feasible=len(frows), point_ns=ns
+            )
+        scores, st = fw.run_score(state, pod, frows, keep=self.keep_scores)
+        t3 = clock()
+        ns["Score"] = t3 - t2
+        if scores is None:
+            return Decision(
+                pod, Result.ERROR, st, state, diagnosis=diag, feasible=len(frows), point_ns=ns
+            )
+        row = fw.select(scores)
+        node = fw.handle.snapshot.names[row]
+        decision = Decision(
+            pod,
+            Result.SCHEDULED,
+            Status(),
+            state,
+            node=node,
+            diagnosis=diag,
+            scores=scores,
+            feasible=len(frows),
+            point_ns=ns,
+        )
+        # Unlike kube-scheduler, Reserve runs before assume: GPUFit's Reserve chooses the
+        # cards, and the cache assumes the pod with exactly those cards.
+        st = fw.run_reserve(state, pod, node)
+        if not st.is_success():
+            # run_reserve has unreserved the plugins it ran; nothing was assumed.
+            decision.status = st
+            decision.result = Result.UNSCHEDULABLE if st.is_rejected() else Result.ERROR
+            decision.rejected_by = _plugin(st)
+            ns["Reserve+Permit"] = clock() - t3
+            return decision
+        alloc = state.get(ALLOCATION)
+        if alloc is None:
+            if pod.request.gpu_milli_total > 0:
+                # A GPU pod without cards would be assumed holding nothing: the next pod
+                # gets the same cards. Never: the attempt fails loudly instead.
+                fw.run_unreserve(state, pod, node)
+                decision.status = Status(
+                    Code.ERROR,
+                    (
+                        f"pod {pod.key} asks for GPUs but no Reserve plugin chose its cards"
+                        " (enable GPUFit at Reserve)",
+                    ),
+                )
+                decision.result = Result.ERROR
+                ns["Reserve+Permit"] = clock() - t3
+                return decision
+            alloc = Allocation(node, row)
+        decision.alloc = alloc
+        self.cache.assume(pod, alloc)
+        st = fw.run_permit(state, pod, node)
+        ns["Reserve+Permit"] = clock() - t3
+        decision.status = st
+        if st.is_wait():
+            decision.result = Result.WAITING
+        elif not st.is_success():
+            self._unwind(fw, decision, freed=False)
+            decision.result = Result.UNSCHEDULABLE if st.is_rejected() else Result.ERROR
+            decision.rejected_by = _plugin(st)
+        return decision
+
+    # -- the binding cycle ------------------------------------------------------------------
+
+    async def bind(self, info: QueuedPodInfo, decision: Decision) -> Outcome:
+        """Wait at Permit, then PreBind, Bind, PostBind. Never raises for a failed binding:
+        the placement is undone and the pod requeued (or dropped) here."""
+        fw = self.frameworks[decision.pod.scheduler_name]
+        pod, node, state = decision.pod, decision.node, decision.state
+        tb = time.perf_counter_ns()
+        try:
+            st = await fw.wait_on_permit(pod)
+            if st.is_success():
+                st = await fw.run_pre_bind(state, pod, node)
+            if st.is_success():
+                st = await fw.run_bind(state, pod, node)
+        except Exception as exc:  # a bug: the placement is undone, the pod retried
+            st = Status(Code.ERROR, (f"binding cycle raised {exc!r}",), "", exc)
+        except BaseException:
+            # Cancelled (shutdown, lost lease): undo the placement; the next leader retries.
+            if self.cache.is_assumed(pod.uid):
+                self._unwind(fw, decision, freed=True)
+            raise
+        if not st.is_success():
+            return self._bind_failed(info, decision, st, tb)
+        await fw.run_post_bind(state, pod, node)
+        self.bound += 1
+        # The watch confirms the pod; until then it stays assumed (with a deadline only if
+        # the configuration asks for one).
+        self.cache.set_deadline(pod.uid, self.clock() + self.assume_ttl)
+        self.queue.done(pod.uid)
+        cards = decision.alloc.cards if decision.alloc else ()
+        where = node + (f" (cards {','.join(map(str, cards))})" if cards else "")
+        self._finished(info, decision, Outcome.BOUND, f"bound to {where}", _us(tb))
+        return Outcome.BOUND
+
+    def _bind_failed(self, info: QueuedPodInfo, decision: Decision, st: Status, tb: int) -> Outcome:
+        fw = self.frameworks[decision.pod.scheduler_name]
+        if self.cache.is_assumed(decision.pod.uid):
+            self._unwind(fw, decision, freed=False)
+        decision.status = st
+        message = st.message() or str(st)
+        if ends_attempt(st) or info.deleted:
+            # Gone or already bound: nothing to retry, and no storm of 409s.
+            decision.result = Result.ERROR
+            self.queue.done(decision.pod.uid)
+            self._freed(decision.pod.uid)
+            self._finished(info, decision, Outcome.DROPPED, message, _us(tb))
+            return Outcome.DROPPED
+        rejected = st.is_rejected()
+        # kube-scheduler: a rejected pod is parked before the freed capacity moves others,
+        # so the event does not send the pod that just failed straight back.
+        if rejected:
+            decision.result = Result.UNSCHEDULABLE
+            self.queue.requeue(info, unschedulable=True, rejected_by=_plugin(st))
+            self._freed(decision.pod.uid)
+        else:
+            decision.result = Result.ERROR
+            self._freed(decision.pod.uid)
+            self.queue.requeue(info, unschedulable=False, rejected_by=_plugin(st))
+        outcome = Outcome.UNSCHEDULABLE if rejected else Outcome.BIND_FAILED
+        if not rejected:
+            message = f"binding rejected: {message}"
+        self._finished(info, decision, outcome, message, _us(tb))
+        return outcome
+
+    # -- reporting --------------------------------------------------------------------------
+
+    def _finished(
+        self,
+        info: QueuedPodInfo,
+        decision: Decision,
+        outcome: Outcome,
+        message: str,
+        bind_us: Mapping[str, float] | None,
+    ) -> None:
+        # The pod's fate is settled before the report; a failing report (a logging or
+        # metrics bug) must not undo that nor stop the loop.
+        try:
+            self.observer.finished(info, decision, outcome, message, bind_us)
+        except Exception:
+            _log.exception("reporting the attempt of %s raised", info.pod.key)
+
+    def _raised(self, info: QueuedPodInfo, exc: Exception) -> None:
+        try:
+            self.observer.raised(info, exc)
+        except Exception:
+            _log.exception("reporting the failed attempt of %s raised", info.pod.key)
+
+    # -- unwinding --------------------------------------------------------------------------
+
+    def _unwind(self, fw: Framework, decision: Decision, *, freed: bool) -> None:
+        """Undo an assumed placement: Unreserve, forget the pod, drop it from Permit; with
+        `freed`, also tell the queue the capacity is free again."""
+        pod = decision.pod
+        fw.run_unreserve(decision.state, pod, decision.node)
+        self.cache.forget(pod.uid)
+        fw.waiting.remove(pod.uid)
+        if freed:
+            self._freed(pod.uid)
+
+    def _freed(self, uid: str) -> None:
+        self.queue.move_all(ClusterEvent.ASSIGNED_POD_DELETE, exclude=uid)
+
+    def _undo_after_raise(self, fw: Framework, pod: PodInfo) -> None:
+        # It raised after assuming the pod (a bug in the runtime) and no binding cycle owns
+        # the placement: drop it, or the capacity leaks and every later attempt sees an
+        # assumed pod and skips it. Reserve plugins keep no state for an attempt that
+        # raised before returning a Decision, so there is no cycle state to Unreserve with.
+        if self.cache.is_assumed(pod.uid):
+            self.cache.forget(pod.uid)
+            fw.waiting.remove(pod.uid)
+            self._freed(pod.uid)
+
+    # -- timers -----------------------------------------------------------------------------
+
+    def expire(self, latest: Callable[[str], PodInfo | None]) -> list[PodInfo]:
+        """Assumed pods past their deadline: freed, and requeued if `latest` (the watch's
+        current copy) still shows them unbound."""
+        gone = self.cache.expire(self.clock())
+        for pod in gone:
+            current = latest(pod.uid)
+            if current is not None and not current.node_name and not current.deleting:
+                self.queue.add(current)
+        if gone:
+            self.queue.move_all(ClusterEvent.ASSIGNED_POD_DELETE)
+        return gone
+
+
+def _plugin(st: Status) -> frozenset[str]:
+    return frozenset((st.plugin,)) if st.plugin else frozenset()
+
+
+def _us(t0_ns: int) -> dict[str, float]:
+    return {"Binding": (time.perf_counter_ns() - t0_ns) / 1e3}

@@ -1,0 +1,115 @@
+"""How the daemon reports an attempt: the JSON decision record on stdout, kube-scheduler's
+Events (`Scheduled`, `FailedScheduling`) and PodScheduled condition, and the metrics. The
+ScheduleOne object calls it (its Observer port) once per attempt."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+
+import structlog
+
+from gpusched.core.queue import QueuedPodInfo
+from gpusched.core.runtime.framework import Framework
+from gpusched.core.schedule_one import Decision, Outcome
+from gpusched.daemon.tasks import Tasks
+from gpusched.kube.writer import ClusterWriter, ObjectRef
+from gpusched.model.pod import PodInfo
+from gpusched.observability.logging import decision_record
+from gpusched.observability.metrics import Metrics
+
+Logger = structlog.typing.FilteringBoundLogger
+
+# The attempts metric's `result` label (kube-scheduler's: scheduled, unschedulable, error).
+_METRIC_RESULT = {Outcome.BOUND: "scheduled", Outcome.UNSCHEDULABLE: "unschedulable"}
+_BINDINGS = {Outcome.BOUND: "bound", Outcome.DROPPED: "dropped", Outcome.BIND_FAILED: "failed"}
+
+
+class Reporter:
+    def __init__(
+        self,
+        log: Logger,
+        metrics: Metrics,
+        writer: ClusterWriter,
+        tasks: Tasks,
+        frameworks: Mapping[str, Framework],
+        names: Callable[[], list[str]],
+    ) -> None:
+        self.log = log
+        self.metrics = metrics
+        self.writer = writer
+        self.tasks = tasks
+        self.frameworks = frameworks
+        self.names = names
+        self._timings: dict[str, tuple[dict[tuple[str, str], int], dict[tuple[str, str], int]]] = {}
+
+    def finished(
+        self,
+        info: QueuedPodInfo,
+        decision: Decision,
+        outcome: Outcome,
+        message: str,
+        bind_us: Mapping[str, float] | None,
+    ) -> None:
+        pod = decision.pod
+        profile = pod.scheduler_name
+        self._observe_plugins(profile)
+        if outcome in _BINDINGS:
+            self.metrics.bindings.labels(_BINDINGS[outcome]).inc()
+        if bind_us is not None and outcome is Outcome.UNSCHEDULABLE:
+            self.metrics.bindings.labels("failed").inc()  # rejected at Permit or PreBind
+        result = _METRIC_RESULT.get(outcome, "error")
+        seconds = time.perf_counter() - decision.started
+        self.metrics.attempts.labels(result, profile).inc()
+        self.metrics.attempt_duration.labels(result, profile).observe(seconds)
+        record = decision_record(
+            decision,
+            names=self.names(),
+            profile=profile,
+            attempt=info.attempts,
+            result=outcome.value,
+            message=message,
+            extra_us=bind_us,
+        )
+        if outcome in (Outcome.BOUND, Outcome.DROPPED):
+            self.log.info("decision", **record)
+        else:
+            self.log.warning("decision", **record)
+        if outcome is Outcome.BOUND:
+            self.tasks.spawn(
+                self.writer.event(
+                    ObjectRef.pod(pod),
+                    "Normal",
+                    "Scheduled",
+                    f"Successfully assigned {pod.key} to {message.removeprefix('bound to ')}",
+                    action="Binding",
+                ),
+                f"event {pod.key}",
+            )
+        elif outcome is not Outcome.DROPPED:
+            reason = "Unschedulable" if outcome is Outcome.UNSCHEDULABLE else "SchedulerError"
+            self.failed(pod, message, reason)
+
+    def raised(self, info: QueuedPodInfo, exc: Exception) -> None:
+        self.log.error("scheduling attempt raised", pod=info.pod.key, exc_info=exc)
+        self.failed(info.pod, f"scheduler error: {exc!r}", "SchedulerError")
+
+    def failed(self, pod: PodInfo, message: str, reason: str) -> None:
+        """The FailedScheduling Event and the PodScheduled=False condition."""
+
+        async def write() -> None:
+            await self.writer.event(ObjectRef.pod(pod), "Warning", "FailedScheduling", message)
+            await self.writer.pod_condition(pod, reason, message)
+
+        self.tasks.spawn(write(), f"report {pod.key}")
+
+    def _observe_plugins(self, profile: str) -> None:
+        """Per-plugin durations since the last report into the plugin histogram."""
+        timings = self.frameworks[profile].timings
+        prev_ns, prev_calls = self._timings.get(profile, ({}, {}))
+        for key, ns in timings.ns.items():
+            calls = timings.calls[key] - prev_calls.get(key, 0)
+            if calls > 0:
+                per_call = (ns - prev_ns.get(key, 0)) / calls / 1e9
+                self.metrics.plugin_duration.labels(key[1], key[0], "Success").observe(per_call)
+        self._timings[profile] = (dict(timings.ns), dict(timings.calls))

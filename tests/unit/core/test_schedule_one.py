@@ -1,0 +1,384 @@
+"""ScheduleOne (core/schedule_one.py): every way an attempt can end, with the real cache,
+queue and framework runner and in-memory plugins."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+import numpy as np
+import pytest
+
+from gpusched.config.profile import PluginRef, Point, Profile
+from gpusched.core.cache.cache import ClusterCache
+from gpusched.core.cache.snapshot import Snapshot
+from gpusched.core.handle import SchedulerHandle
+from gpusched.core.queue import ClusterEvent, QueuedPodInfo, SchedulingQueue
+from gpusched.core.runtime.framework import Framework
+from gpusched.core.runtime.registry import Registry
+from gpusched.core.schedule_one import Decision, Outcome, Result, ScheduleOne
+from gpusched.framework import (
+    ALLOCATION,
+    Allocation,
+    CycleState,
+    Diagnosis,
+    FilterResult,
+    Mask,
+    Rows,
+    Scores,
+    Status,
+)
+from gpusched.framework.status import ClusterWriteError, Code
+from gpusched.model.pod import PodInfo
+from tests.unit.core.fakes import Binder, Sort, gpu_node, make_pod
+from tests.unit.fakes import FakeCluster
+
+# PostFilter runs only when no node fits: its own test below.
+POINTS = ("PreFilter", "Filter", "PreScore", "Score", "Reserve", "Permit")
+
+
+class Probe:
+    """One plugin at every point: records calls, and raises, rejects or waits on demand."""
+
+    name: ClassVar[str] = "Probe"
+    raise_at: ClassVar[str] = ""
+    reject_at: ClassVar[str] = ""
+    wait: ClassVar[bool] = False
+    cards: ClassVar[bool] = True
+
+    def __init__(self, args: Any, handle: Any) -> None:
+        self.calls: list[str] = []
+
+    def _at(self, point: str) -> None:
+        self.calls.append(point)
+        if self.raise_at == point:
+            raise RuntimeError(f"{point} bug")
+
+    def pre_filter(self, state: CycleState, pod: PodInfo) -> tuple[None, Status]:
+        self._at("PreFilter")
+        return None, Status()
+
+    def filter(self, state: CycleState, pod: PodInfo, candidates: Mask) -> FilterResult:
+        self._at("Filter")
+        if self.reject_at == "Filter":
+            return FilterResult(np.zeros_like(candidates), ("probe says no",))
+        return FilterResult(candidates)
+
+    def post_filter(
+        self, state: CycleState, pod: PodInfo, diag: Diagnosis
+    ) -> tuple[str | None, Status]:
+        self._at("PostFilter")
+        return None, Status(Code.UNSCHEDULABLE, ("no victims",))
+
+    def pre_score(self, state: CycleState, pod: PodInfo, rows: Rows) -> Status:
+        self._at("PreScore")
+        return Status()
+
+    def score(self, state: CycleState, pod: PodInfo, rows: Rows) -> Scores:
+        self._at("Score")
+        return rows.astype(np.float64)  # the last row wins
+
+    def reserve(self, state: CycleState, pod: PodInfo, node: str) -> Status:
+        self._at("Reserve")
+        if self.reject_at == "Reserve":
+            return Status(Code.UNSCHEDULABLE, ("no cards",))
+        if self.cards:
+            state.write(ALLOCATION, Allocation(node, 1, (0,), (1000,), (81920,)))
+        return Status()
+
+    def unreserve(self, state: CycleState, pod: PodInfo, node: str) -> None:
+        self.calls.append("Unreserve")
+
+    def permit(self, state: CycleState, pod: PodInfo, node: str) -> tuple[Status, float]:
+        self._at("Permit")
+        if self.reject_at == "Permit":
+            return Status(Code.UNSCHEDULABLE, ("gang incomplete",)), 0.0
+        if self.wait:
+            return Status(Code.WAIT), 30.0
+        return Status(), 0.0
+
+    async def pre_bind(self, state: CycleState, pod: PodInfo, node: str) -> Status:
+        self._at("PreBind")
+        return Status()
+
+
+class Observed:
+    """The Observer port: what the daemon would log and report."""
+
+    def __init__(self) -> None:
+        self.ended: list[tuple[str, Outcome, str]] = []
+        self.errors: list[Exception] = []
+
+    def finished(
+        self,
+        info: QueuedPodInfo,
+        decision: Decision,
+        outcome: Outcome,
+        message: str,
+        bind_us: Mapping[str, float] | None,
+    ) -> None:
+        self.ended.append((info.pod.name, outcome, message))
+
+    def raised(self, info: QueuedPodInfo, exc: Exception) -> None:
+        self.errors.append(exc)
+
+
+class Rig:
+    def __init__(self, **probe: Any) -> None:
+        for key, value in probe.items():
+            setattr(Probe, key, value)
+        registry = Registry()
+        for cls in (Sort, Binder, Probe):
+            registry.register(cls)
+        points = {
+            Point.QUEUE_SORT: ("Sort",),
+            Point.PRE_FILTER: ("Probe",),
+            Point.FILTER: ("Probe",),
+            Point.POST_FILTER: ("Probe",),
+            Point.PRE_SCORE: ("Probe",),
+            Point.RESERVE: ("Probe",),
+            Point.PERMIT: ("Probe",),
+            Point.PRE_BIND: ("Probe",),
+            Point.BIND: ("Binder",),
+        }
+        plugins = {p: tuple(PluginRef(n) for n in names) for p, names in points.items()}
+        plugins[Point.SCORE] = (PluginRef("Probe", 1.0),)
+        snap = Snapshot(8, capacity=8)
+        self.cache = ClusterCache(snap)
+        for i in range(2):
+            self.cache.upsert_node(gpu_node(f"n{i}"))
+        self.t = 100.0
+        self.cluster = FakeCluster()
+        handle = SchedulerHandle(self.cache, self.cluster, lambda: self.t)
+        self.fw = Framework(Profile("test", plugins), registry, handle)
+        self.probe: Probe = self.fw.plugins["Probe"]
+        self.queue = SchedulingQueue(self.fw.less, lambda: self.t)
+        self.observed = Observed()
+        self.s1 = ScheduleOne(
+            {"test": self.fw}, self.cache, self.queue, clock=lambda: self.t, observer=self.observed
+        )
+
+    def pod(self, name: str = "p") -> QueuedPodInfo:
+        pod = dataclasses.replace(make_pod(name, gpu_cards=1), scheduler_name="test")
+        self.queue.add(pod)
+        info = self.queue.pop_nowait()
+        assert info is not None
+        return info
+
+
+@pytest.fixture(autouse=True)
+def _reset_probe() -> None:
+    Probe.raise_at = Probe.reject_at = ""
+    Probe.wait = False
+    Probe.cards = True
+
+
+async def test_scheduled_then_bound() -> None:
+    rig = Rig()
+    info = rig.pod()
+    d = rig.s1.attempt(info)
+    assert d is not None and d.result is Result.SCHEDULED and d.node == "n1"
+    assert rig.cache.is_assumed("uid-p")
+    assert await rig.s1.bind(info, d) is Outcome.BOUND
+    assert rig.cluster.binds == [("ns/p", "n1")]
+    assert rig.queue.where("uid-p") == ""  # done: not queued, not in flight
+    assert rig.observed.ended == [("p", Outcome.BOUND, "bound to n1 (cards 0)")]
+    assert rig.s1.bound == 1
+
+
+async def test_an_assumed_pod_is_not_attempted_twice() -> None:
+    rig = Rig()
+    info = rig.pod()
+    d = rig.s1.attempt(info)
+    assert d is not None
+    # A second attempt for the same pod while the first placement is assumed (its binding
+    # in flight or not yet confirmed by the watch) would hand out a second set of cards.
+    again = QueuedPodInfo(info.pod, added=rig.t)
+    assert rig.s1.attempt(again) is None
+    assert rig.s1.attempts == 1
+
+
+async def test_waiting_at_permit_then_allowed() -> None:
+    rig = Rig(wait=True)
+    info = rig.pod()
+    d = rig.s1.attempt(info)
+    assert d is not None and d.result is Result.WAITING
+    binding = asyncio.ensure_future(rig.s1.bind(info, d))
+    await asyncio.sleep(0)  # the binding cycle parks on the waiting pod
+    assert not binding.done() and rig.cluster.binds == []
+    wp = rig.fw.waiting.get("uid-p")
+    assert wp is not None
+    wp.allow("Probe")
+    assert await binding is Outcome.BOUND
+    assert rig.cluster.binds == [("ns/p", "n1")]
+    assert rig.fw.waiting.get("uid-p") is None
+
+
+async def test_waiting_at_permit_then_rejected_unwinds_and_parks_the_pod() -> None:
+    rig = Rig(wait=True)
+    info = rig.pod()
+    d = rig.s1.attempt(info)
+    assert d is not None and d.result is Result.WAITING
+    binding = asyncio.ensure_future(rig.s1.bind(info, d))
+    await asyncio.sleep(0)
+    wp = rig.fw.waiting.get("uid-p")
+    assert wp is not None
+    wp.reject("Probe", "gang member deleted")
+    assert await binding is Outcome.UNSCHEDULABLE
+    assert rig.cluster.binds == []
+    assert rig.cache.get("uid-p") is None
+    assert rig.probe.calls[-1] == "Unreserve"
+    # Parked as unschedulable, and not moved back by the capacity its own unwind freed.
+    assert rig.queue.where("uid-p") == "unschedulable"
+    assert rig.queue.unschedulable.get("uid-p").rejected_by == {"Probe"}  # type: ignore[union-attr]
+
+
+async def test_a_failed_bind_unwinds_and_backs_off() -> None:
+    rig = Rig()
+    rig.cluster.answer = Status(Code.ERROR, ("HTTP 500",))
+    info = rig.pod()
+    d = rig.s1.attempt(info)
+    assert d is not None
+    assert await rig.s1.bind(info, d) is Outcome.BIND_FAILED
+    assert rig.cache.get("uid-p") is None
+    assert rig.probe.calls[-1] == "Unreserve"
+    assert rig.queue.where("uid-p") == "backoff"
+    assert rig.observed.ended[-1][2] == "binding rejected: HTTP 500"
+
+
+async def test_a_failed_bind_frees_capacity_for_unschedulable_pods() -> None:
+    rig = Rig()
+    info = rig.pod()
+    d = rig.s1.attempt(info)
+    assert d is not None
+    other = rig.pod("q")
+    rig.queue.requeue(other, unschedulable=True, rejected_by={"Probe"})
+    assert rig.queue.where("uid-q") == "unschedulable"
+    rig.cluster.answer = Status(Code.ERROR, ("HTTP 500",))
+    await rig.s1.bind(info, d)
+    assert rig.queue.where("uid-q") in ("active", "backoff")
+
+
+async def test_a_pod_deleted_mid_bind_is_dropped() -> None:
+    rig = Rig()
+    rig.cluster.answer = Status(
+        Code.UNSCHEDULABLE_AND_UNRESOLVABLE, ("gone",), "", _GoneError("pod gone (404)")
+    )
+    info = rig.pod()
+    d = rig.s1.attempt(info)
+    assert d is not None
+    assert await rig.s1.bind(info, d) is Outcome.DROPPED
+    assert rig.cache.get("uid-p") is None
+    assert rig.queue.where("uid-p") == ""
+    assert d.result is Result.ERROR
+
+
+async def test_a_pod_deleted_while_in_flight_is_not_requeued() -> None:
+    rig = Rig()
+    rig.cluster.answer = Status(Code.ERROR, ("HTTP 500",))
+    info = rig.pod()
+    d = rig.s1.attempt(info)
+    assert d is not None
+    rig.queue.delete("uid-p")  # the watch's DELETED while the Binding is in flight
+    assert await rig.s1.bind(info, d) is Outcome.DROPPED
+    assert rig.queue.where("uid-p") == "" and rig.cache.get("uid-p") is None
+
+
+class _GoneError(ClusterWriteError):
+    final = True
+
+
+@pytest.mark.parametrize("point", POINTS)
+def test_a_plugin_raising_at_any_point_costs_one_attempt(point: str) -> None:
+    rig = Rig(raise_at=point)
+    info = rig.pod()
+    d = rig.s1.attempt(info)
+    assert d is not None and d.result is Result.ERROR
+    assert d.status.code is Code.ERROR and f"Probe {point} raised" in d.status.message()
+    assert rig.cache.get("uid-p") is None
+    assert rig.queue.where("uid-p") == "backoff"
+    # Reserve ran (and so must be undone) only if the failure came at or after it.
+    assert ("Unreserve" in rig.probe.calls) == (point in ("Reserve", "Permit"))
+    assert rig.observed.ended[-1][1] is Outcome.ERROR
+
+
+def test_post_filter_raising_is_an_error_too() -> None:
+    rig = Rig(raise_at="PostFilter", reject_at="Filter")
+    info = rig.pod()
+    d = rig.s1.attempt(info)
+    assert d is not None and d.result is Result.ERROR
+    assert "Probe PostFilter raised" in d.status.message()
+    assert rig.queue.where("uid-p") == "backoff"
+
+
+async def test_a_plugin_raising_in_the_binding_cycle_unwinds() -> None:
+    rig = Rig(raise_at="PreBind")
+    info = rig.pod()
+    d = rig.s1.attempt(info)
+    assert d is not None
+    assert await rig.s1.bind(info, d) is Outcome.BIND_FAILED
+    assert "Probe PreBind raised" in rig.observed.ended[-1][2]
+    assert rig.cache.get("uid-p") is None and rig.queue.where("uid-p") == "backoff"
+
+
+def test_filter_rejections_name_the_plugins_for_the_requeue_hint() -> None:
+    rig = Rig(reject_at="Filter")
+    info = rig.pod()
+    d = rig.s1.attempt(info)
+    assert d is not None and d.result is Result.UNSCHEDULABLE
+    assert d.rejected_by == {"Probe"}
+    assert rig.queue.where("uid-p") == "unschedulable"
+    assert "0/2 nodes are available: 2 probe says no." in rig.observed.ended[-1][2]
+    # A node event may help a pod a Filter rejected.
+    assert rig.queue.move_all(ClusterEvent.NODE_ADD) == 1
+
+
+@pytest.mark.parametrize("point", ["Reserve", "Permit"])
+def test_rejected_at_reserve_or_permit_is_unschedulable_and_undone(point: str) -> None:
+    rig = Rig(reject_at=point)
+    info = rig.pod()
+    d = rig.s1.attempt(info)
+    assert d is not None and d.result is Result.UNSCHEDULABLE
+    assert d.rejected_by == {"Probe"}
+    assert rig.cache.get("uid-p") is None and "Unreserve" in rig.probe.calls
+    assert rig.queue.where("uid-p") == "unschedulable"
+
+
+def test_a_gpu_pod_without_chosen_cards_is_an_error_never_a_cardless_assume() -> None:
+    rig = Rig(cards=False)
+    info = rig.pod()
+    d = rig.s1.attempt(info)
+    assert d is not None and d.result is Result.ERROR
+    assert "no Reserve plugin chose its cards" in d.status.message()
+    assert rig.cache.get("uid-p") is None and "Unreserve" in rig.probe.calls
+
+
+def test_an_attempt_that_raises_outside_plugins_costs_one_attempt(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    rig = Rig()
+
+    def boom(*args: Any) -> Status:
+        raise RuntimeError("runtime bug")
+
+    monkeypatch.setattr(rig.fw, "run_permit", boom)
+    info = rig.pod()
+    assert rig.s1.attempt(info) is None
+    assert rig.cache.get("uid-p") is None  # the assumed pod was dropped again
+    assert rig.queue.where("uid-p") == "backoff"
+    assert [repr(e) for e in rig.observed.errors] == ["RuntimeError('runtime bug')"]
+
+
+async def test_cancelled_binding_undoes_the_placement() -> None:
+    rig = Rig(wait=True)
+    info = rig.pod()
+    d = rig.s1.attempt(info)
+    assert d is not None
+    binding = asyncio.ensure_future(rig.s1.bind(info, d))
+    await asyncio.sleep(0)
+    binding.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await binding
+    assert rig.cache.get("uid-p") is None and "Unreserve" in rig.probe.calls

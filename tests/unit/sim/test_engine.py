@@ -1,0 +1,244 @@
+"""The simulator's loop (gpusched/sim/engine.py): the daemon's ScheduleOne over an in-memory
+cluster, and proof that the daemon and the simulator place one pod stream identically."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import io
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+import numpy as np
+import orjson
+import pytest
+
+from gpusched.config import builtin_profile, default_config
+from gpusched.config.profile import PluginRef, Point, Profile
+from gpusched.core.runtime.registry import Registry
+from gpusched.core.schedule_one import Result
+from gpusched.daemon import Daemon, DaemonOptions
+from gpusched.devcluster.nodes import NodeSpec, node_object
+from gpusched.framework import CycleState, Status
+from gpusched.framework.status import Code
+from gpusched.kube.writer import ObjectRef
+from gpusched.model import keys
+from gpusched.model.node import node_from_k8s
+from gpusched.model.pod import PodInfo, pod_from_k8s
+from gpusched.observability.logging import make_logger
+from gpusched.plugins import default_registry
+from gpusched.sim.engine import Simulation
+from tests.unit.core.fakes import Binder, Sort, gpu_node, make_pod
+
+SPECS = [
+    NodeSpec("a100-0", 8, "A100M80", 64_000, 512 * 1024, "r0", "s0", 8),
+    NodeSpec("a100-1", 8, "A100M80", 64_000, 512 * 1024, "r0", "s0", 8),
+    NodeSpec("v100-0", 8, "V100M32", 64_000, 512 * 1024, "r1", "s0", 4),
+    NodeSpec("t4-0", 2, "T4", 32_000, 128 * 1024, "r1", "s0"),
+    NodeSpec("t4-1", 2, "T4", 32_000, 128 * 1024, "r2", "s0"),
+    NodeSpec("cpu-0", 0, "none", 32_000, 128 * 1024, "r2", "s0"),
+]
+
+
+def raw_nodes() -> list[dict[str, Any]]:
+    out = []
+    for spec in SPECS:
+        raw = node_object(spec)
+        raw["metadata"]["uid"] = f"node-{spec.name}"
+        out.append(raw)
+    return out
+
+
+def raw_pod(i: int, rng: np.random.Generator) -> dict[str, Any]:
+    kind = rng.choice(["whole", "shared", "cpu"], p=[0.4, 0.45, 0.15])
+    limits: dict[str, str] = {}
+    annotations: dict[str, str] = {}
+    if kind == "whole":
+        limits["nvidia.com/gpu"] = str(int(rng.choice([1, 1, 2, 4, 8])))
+    elif kind == "shared":
+        annotations[keys.GPU_MILLI] = str(int(rng.choice([100, 250, 470, 500, 810])))
+    cpu = int(rng.choice([1000, 2000, 4000, 8000]))
+    return {
+        "metadata": {
+            "name": f"p{i:03d}",
+            "namespace": "ns",
+            "uid": f"uid-{i:03d}",
+            "resourceVersion": str(10 + i),
+            "annotations": annotations,
+        },
+        "spec": {
+            "schedulerName": "ai-scheduler",
+            "containers": [
+                {
+                    "name": "c",
+                    "resources": {
+                        "requests": {"cpu": f"{cpu}m", "memory": "1Gi"},
+                        "limits": limits,
+                    },
+                }
+            ],
+        },
+        "status": {"phase": "Pending"},
+    }
+
+
+def line(kind: str, obj: dict[str, Any]) -> bytes:
+    return orjson.dumps({"type": kind, "object": obj})
+
+
+class RecordingWriter:
+    """The daemon's ClusterPort and reporting calls, answering at once like the API would."""
+
+    def __init__(self) -> None:
+        self.annotations: dict[str, dict[str, str]] = {}
+        self.binds: dict[str, str] = {}
+
+    async def annotate(self, pod: PodInfo, annotations: Mapping[str, str]) -> Status:
+        self.annotations.setdefault(pod.uid, {}).update(annotations)
+        return Status()
+
+    async def bind(self, pod: PodInfo, node: str) -> Status:
+        self.binds[pod.uid] = node
+        return Status()
+
+    async def event(self, ref: ObjectRef, *args: Any, **kw: Any) -> None:
+        return None
+
+    async def pod_condition(self, pod: PodInfo, reason: str, message: str) -> None:
+        return None
+
+    def forget(self, uid: str) -> None:
+        return None
+
+
+async def test_the_daemon_and_the_simulator_place_one_pod_stream_identically() -> None:
+    """Same nodes, same pods, same profile: the daemon (watch events in, Binding out) and the
+    simulator give every pod the same node and cards, and drop the same pods. The pods
+    arrive one at a time and an unplaced one is deleted, as in the FGD protocol."""
+    registry = default_registry()
+    config = default_config(registry)
+    d = Daemon(
+        None,  # type: ignore[arg-type]  # no API server: watch lines are fed in below
+        config,
+        registry,
+        make_logger(io.StringIO()),
+        options=DaemonOptions(warm_up=False),
+    )
+    writer = RecordingWriter()
+    d.writer = writer  # type: ignore[assignment]
+    d.handle._cluster = writer
+    nodes = raw_nodes()
+    for raw in nodes:
+        d.node_watch._line(line("ADDED", raw))
+    sim = Simulation(
+        [node_from_k8s(raw, config.topology_keys) for raw in nodes],
+        builtin_profile("ai-scheduler", registry),
+        registry,
+    )
+    rng = np.random.default_rng(7)
+    placed_daemon: list[tuple[str, str]] = []
+    placed_sim: list[tuple[str, str]] = []
+    for i in range(120):
+        raw = raw_pod(i, rng)
+        uid = raw["metadata"]["uid"]
+        # The daemon: the watch delivers the pod, the loop attempts it, the binding task runs.
+        d.pod_watch._line(line("ADDED", raw))
+        info = d.queue.pop_nowait()
+        assert info is not None and d.queue.pop_nowait() is None
+        d._attempt(info)
+        await asyncio.gather(*d.bindings)
+        if uid in writer.binds:
+            bound = copy.deepcopy(raw)
+            bound["spec"]["nodeName"] = writer.binds[uid]
+            bound["metadata"]["annotations"].update(writer.annotations.get(uid, {}))
+            bound["metadata"]["resourceVersion"] = str(1000 + i)
+            d.pod_watch._line(line("MODIFIED", bound))  # the API's answer to the Binding
+            ids = bound["metadata"]["annotations"].get(keys.GPU_IDS, "")
+            placed_daemon.append((writer.binds[uid], ids))
+        else:
+            d.pod_watch._line(line("DELETED", raw))
+            placed_daemon.append(("", ""))
+        # The simulator: the same pod, parsed the same way.
+        decision = sim.submit(pod_from_k8s(raw))
+        if decision.result is Result.SCHEDULED:
+            assert decision.alloc is not None
+            cards = ",".join(map(str, decision.alloc.cards))
+            placed_sim.append((decision.node, cards))
+        else:
+            sim.withdraw(uid)
+            placed_sim.append(("", ""))
+    assert placed_daemon == placed_sim
+    dropped = sum(1 for node, _ in placed_sim if not node)
+    assert 0 < dropped < 120, "the stream should fill the cluster and then overflow it"
+    assert d.cache.snapshot.gpu_milli_free() == sim.snapshot.gpu_milli_free()
+
+
+class Gate:
+    """Permit: every pod waits until the test allows or rejects it."""
+
+    name: ClassVar[str] = "Gate"
+
+    def __init__(self, args: Any, handle: Any) -> None:
+        pass
+
+    def permit(self, state: CycleState, pod: PodInfo, node: str) -> tuple[Status, float]:
+        return Status(Code.WAIT), 60.0
+
+
+def gated_sim() -> Simulation:
+    registry = Registry()
+    for cls in (Sort, Binder, Gate):
+        registry.register(cls)
+    profile = Profile(
+        "gated",
+        {
+            Point.QUEUE_SORT: (PluginRef("Sort"),),
+            Point.PERMIT: (PluginRef("Gate"),),
+            Point.BIND: (PluginRef("Binder"),),
+        },
+    )
+    return Simulation([gpu_node("n0", cards=0)], profile, registry)
+
+
+def test_a_pod_waiting_at_permit_binds_when_allowed() -> None:
+    sim = gated_sim()
+    d = sim.submit(make_pod("p"))
+    assert d.result is Result.WAITING and sim.cache.is_assumed("uid-p")
+    assert "uid-p" not in sim.cluster.bound
+    wp = sim.fw.waiting.get("uid-p")
+    assert wp is not None
+    wp.allow("Gate")
+    sim.run()
+    assert sim.cluster.bound["uid-p"].node_name == "n0"
+    assert not sim.cache.is_assumed("uid-p")  # confirmed, as the watch would
+
+
+def test_a_pod_waiting_at_permit_times_out_on_the_virtual_clock() -> None:
+    sim = gated_sim()
+    sim.submit(make_pod("p"))
+    sim.advance(59.0)
+    assert sim.cache.is_assumed("uid-p")
+    sim.advance(61.0)
+    assert sim.cache.get("uid-p") is None and "uid-p" not in sim.cluster.bound
+    assert sim.queue.where("uid-p") == "unschedulable"
+
+
+def test_a_deleted_pod_moves_waiting_pods_and_they_start() -> None:
+    registry = default_registry()
+    sim = Simulation([gpu_node("n0", cards=1)], builtin_profile("ai-scheduler", registry), registry)
+    assert sim.submit(make_pod("a", gpu_cards=1)).result is Result.SCHEDULED
+    blocked = sim.submit(make_pod("b", gpu_cards=1))
+    assert blocked.result is Result.UNSCHEDULABLE
+    started: list[str] = []
+    sim.on_bound(lambda d: started.append(d.pod.name))
+    sim.delete("uid-a")
+    sim.advance(sim.clock() + 1.0)  # b's backoff ends
+    assert started == ["b"]
+    assert sim.cluster.bound["uid-b"].node_name == "n0"
+
+
+def test_submitting_a_pod_twice_is_refused() -> None:
+    sim = gated_sim()
+    sim.submit(make_pod("p"))
+    with pytest.raises(ValueError, match="already submitted"):
+        sim.submit(make_pod("p"))
