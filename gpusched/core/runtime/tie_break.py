@@ -19,6 +19,8 @@ from numpy.typing import NDArray
 
 from gpusched.framework.interfaces import Handle, Rows
 
+_LAST = 2**64 - 1  # an empty row (never among the ties: only valid rows are scored)
+
 
 def node_rank(seed: int, name: str) -> int:
     """The node's place in the seeded order: the first 8 bytes of BLAKE2b("seed/name")."""
@@ -44,7 +46,7 @@ class SeededNodeOrder:
         snap = self._handle.snapshot
         if snap.generation != self._generation or len(self._rank) < snap.capacity:
             self._rank = np.array(
-                [node_rank(self.seed, name) if name else 0 for name in snap.names], np.uint64
+                [node_rank(self.seed, n) if n else _LAST for n in snap.names], np.uint64
             )
             self._generation = snap.generation
         return int(ties[np.argmin(self._rank[ties])])
