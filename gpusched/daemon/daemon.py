@@ -32,9 +32,9 @@ from gpusched.core.cache.snapshot import Snapshot
 from gpusched.core.handle import SchedulerHandle
 from gpusched.core.queue import ClusterEvent, QueuedPodInfo, SchedulingQueue
 from gpusched.core.runtime.framework import Framework
-from gpusched.core.runtime.registry import Registry
 from gpusched.core.scheduler import Decision, Result, SchedulingCycle
 from gpusched.daemon.warmup import warm_kernels
+from gpusched.framework.registry import Registry
 from gpusched.framework.status import Code, Status
 from gpusched.kube.client import JSON, Kube
 from gpusched.kube.lease import KubeLeases, LeaderElector, default_identity

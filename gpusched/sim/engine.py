@@ -11,8 +11,8 @@ from gpusched.core.cache.cache import ClusterCache
 from gpusched.core.cache.snapshot import Snapshot
 from gpusched.core.handle import SchedulerHandle
 from gpusched.core.runtime.framework import Framework, TieBreak
-from gpusched.core.runtime.registry import Registry
 from gpusched.core.scheduler import Decision, Result, SchedulingCycle, run_sync
+from gpusched.framework.registry import Registry
 from gpusched.framework.status import Code, Status
 from gpusched.model import keys
 from gpusched.model.node import NodeModel

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpusched.model.node import FULL_CARD_MILLI
-from gpusched.plugins.gpu_fragmentation.prices import cutting_stock
+from gpusched.packing import cutting_stock
 from gpusched.sim.fgd_workload import build_workload, cluster_milli_gpu
 from gpusched.sim.openb import TraceNode, TracePod
 

@@ -47,8 +47,8 @@ from numpy.typing import NDArray
 
 from gpusched.config import builtin_profile
 from gpusched.core.cache.snapshot import Snapshot
-from gpusched.core.runtime.registry import Registry
 from gpusched.core.scheduler import Result
+from gpusched.framework.registry import Registry
 from gpusched.model.node import FULL_CARD_MILLI, NodeModel
 from gpusched.model.pod import PodInfo, PodRequest
 from gpusched.sim.engine import Simulation

@@ -10,8 +10,8 @@ import pytest
 from gpusched.config.profile import ConfigError, PluginRef, Point, Profile
 from gpusched.core.cache.snapshot import Snapshot
 from gpusched.core.runtime.framework import Framework
-from gpusched.core.runtime.registry import Registry
 from gpusched.framework import Code, CycleState
+from gpusched.framework.registry import Registry
 from tests.unit.core.fakes import (
     Binder,
     EvenRows,

@@ -62,7 +62,7 @@ def test_plugin_exceptions_after_filtering_become_error_statuses() -> None:
     import asyncio
 
     from gpusched.config.profile import PluginRef, Point, Profile
-    from gpusched.core.runtime.registry import Registry
+    from gpusched.framework.registry import Registry
     from tests.unit.core.fakes import Binder, Sort, make_pod
 
     reg = Registry()

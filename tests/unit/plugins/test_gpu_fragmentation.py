@@ -13,10 +13,11 @@ from gpusched.config import API_VERSION, KIND, builtin_profiles, config_from_dic
 from gpusched.core.scheduler import Result
 from gpusched.model.node import Card, NodeModel
 from gpusched.model.pod import PodInfo, PodRequest
+from gpusched.packing import cutting_stock
 from gpusched.plugins import default_registry
 from gpusched.plugins.gpu_fragmentation.args import GPUFragmentationArgs
 from gpusched.plugins.gpu_fragmentation.learner import ShapeLearner
-from gpusched.plugins.gpu_fragmentation.prices import CardPrices, cutting_stock
+from gpusched.plugins.gpu_fragmentation.prices import CardPrices
 from gpusched.sim.engine import Simulation
 
 GIB = 2**30

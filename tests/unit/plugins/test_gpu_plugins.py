@@ -227,7 +227,7 @@ def test_no_card_ever_over_allocated_under_random_load() -> None:
 
 def test_reserve_takes_a_score_plugins_card_hint_only_when_it_fits() -> None:
     from gpusched.plugins.gpu_fit import GPUFit
-    from gpusched.plugins.gpu_fit.state import CARD_HINT, GPU_REQUEST, gpu_request
+    from gpusched.plugins.helper.gpu_state import CARD_HINT, GPU_REQUEST, gpu_request
 
     s = sim(gpu_node("n"))
     row = s.snapshot.row_of("n")
@@ -250,7 +250,7 @@ def test_reserve_takes_a_score_plugins_card_hint_only_when_it_fits() -> None:
 
 
 def test_incremental_summary_cache_equals_a_full_pass() -> None:
-    from gpusched.plugins.gpu_fit.state import compute_summary, gpu_request
+    from gpusched.plugins.helper.gpu_state import compute_summary, gpu_request
 
     rng = np.random.default_rng(11)
     s = sim(*(gpu_node(f"n{i}", cards=int(rng.choice([2, 4, 8]))) for i in range(40)))
