@@ -29,6 +29,7 @@ from gpusched.framework import interfaces
 from gpusched.framework.points import POINT_METHODS
 from gpusched.framework.registry import Registry
 from gpusched.framework.snapshot import MAX_CARDS_LIMIT
+from gpusched.kernels._card_rules import MAX_CARDS
 from gpusched.model.node import TopologyKeys
 from tests.unit.config.config_fakes import (
     FitArgs,
@@ -934,6 +935,5 @@ def test_point_methods_match_the_protocols(point: Point) -> None:
 
 
 def test_max_cards_limit_matches_the_kernels() -> None:
-    from gpusched.kernels._card_rules import MAX_CARDS
 
     assert MAX_CARDS_LIMIT == MAX_CARDS

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -192,7 +193,6 @@ def test_permit_reject() -> None:
 
 
 def test_malformed_pod_is_unresolvable_with_its_reasons() -> None:
-    from dataclasses import replace
 
     fw = Framework(profile(), registry(), handle())
     pod = replace(make_pod(), errors=("annotation gpusched.io/gpu-milli='x' is not an integer",))
