@@ -65,6 +65,7 @@ lint: venv
 	$(VENV)/bin/ruff check gpusched tests bench
 	$(VENV)/bin/ruff format --check gpusched tests bench
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
 
 bench: venv
 	$(PY) bench/kernels.py

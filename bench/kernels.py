@@ -30,8 +30,8 @@ from gpusched.kernels import (
 )
 from gpusched.kernels.card_prices import price_loss_nb, price_loss_np
 from gpusched.model.node import Card, NodeModel
-from gpusched.plugins.gpu_fit.state import GpuRequest, SummaryCache, restrict
 from gpusched.plugins.gpu_fragmentation.prices import UNIT, CardPrices, LossCache
+from gpusched.plugins.helper.gpu_state import GpuRequest, SummaryCache, restrict
 
 C = 8
 # (model id, card MiB, NVLink islands of an 8-card node, share of the fleet)
@@ -311,7 +311,7 @@ def main() -> None:
         flag = "" if min(jit, cached) <= 50.0 else "  (over the 50 us target)"
         print(f"{name:<36}{jit:>11.1f}{twin:>11.1f}{twin / jit:>9.1f}x{cached:>11.1f}{flag}")
     print(
-        "cached: GPUFit's summary cache (gpusched/plugins/gpu_fit/state.py) after one bind"
+        "cached: GPUFit's summary cache (gpusched/plugins/helper/gpu_state.py) after one bind"
         " changed one row; the scheduler's real per-pod path"
     )
     print()

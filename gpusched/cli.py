@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.progress import (
@@ -17,6 +19,9 @@ from rich.progress import (
 )
 from rich.table import Table
 
+if TYPE_CHECKING:
+    from gpusched.framework.registry import Registry
+
 DEMO_PROFILES = ("ai-scheduler", "least-allocated", "most-allocated")
 
 
@@ -28,8 +33,6 @@ def _fail(command: str, message: str) -> int:
 def _trace_problem(args: argparse.Namespace) -> str | None:
     """What is wrong with --trace-dir and the output paths, found before a run that may take
     minutes (a missing output directory used to fail only after it, with a traceback)."""
-    from pathlib import Path
-
     if args.trace_dir is not None and not Path(args.trace_dir).is_dir():
         what = "does not exist" if not Path(args.trace_dir).exists() else "is not a directory"
         return (
@@ -77,8 +80,6 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
 
 def _cmd_simulate_fgd(args: argparse.Namespace) -> int:
     """The FGD paper's protocol on an openb trace (gpusched/sim/fgd_protocol.py)."""
-    from pathlib import Path
-
     from gpusched.config import load_config
     from gpusched.plugins import default_registry
     from gpusched.sim import fgd_report
@@ -302,8 +303,27 @@ def _profiles(text: str) -> tuple[str, ...]:
     return names
 
 
+def check_config_main(path: str, registry: Registry) -> int:
+    """`gpusched check-config FILE`: 0 and a one-line summary, or 1 and every error."""
+    from gpusched.config import ConfigError, ConfigErrors, load_config
+    from gpusched.core.runtime.validate import validate_profiles
+
+    try:
+        config = load_config(Path(path), registry)
+        validate_profiles(config, registry)
+    except ConfigError as exc:
+        errors = exc.errors if isinstance(exc, ConfigErrors) else (exc,)
+        noun = "error" if len(errors) == 1 else "errors"
+        print(f"{path}: {len(errors)} {noun}", file=sys.stderr)
+        for e in errors:
+            print(f"  {e}", file=sys.stderr)
+        return 1
+    n = len(config.profiles)
+    print(f"OK: {n} profile{'' if n == 1 else 's'} ({', '.join(config.names)})")
+    return 0
+
+
 def _cmd_check_config(args: argparse.Namespace) -> int:
-    from gpusched.config import check_config_main
     from gpusched.plugins import default_registry
 
     return check_config_main(args.file, default_registry())

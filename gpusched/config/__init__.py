@@ -1,8 +1,13 @@
 """Scheduler configuration: a YAML document shaped like KubeSchedulerConfiguration.
 
-`load_config(path_or_text, registry)` returns a validated `SchedulerConfig`;
-`validate_profiles` additionally builds every profile's Framework; `check_config_main` is
-`gpusched check-config FILE`. See README.md in this folder for the document's shape.
+`load_config(path_or_text, registry)` returns a validated `SchedulerConfig`. A leaf of the
+package: it imports only the framework (the extension points, the registry) and the model;
+building each profile's Framework is the runtime's check
+(`gpusched.core.runtime.validate.validate_profiles`), and `gpusched check-config FILE` lives
+in the CLI. See README.md in this folder for the document's shape.
+
+settings.py holds the typed settings, profiles.py reads `profiles[]`, load.py reads YAML and
+holds the entry points below, defaults.py the built-in plugin set and settings defaults.
 """
 
 from gpusched.config.args import ConfigErrors, convert, to_data
@@ -16,21 +21,19 @@ from gpusched.config.defaults import (
     builtin_document,
     builtin_profiles,
 )
-from gpusched.config.loader import (
-    ClientConnection,
-    LeaderElection,
-    SchedulerConfig,
+from gpusched.config.load import (
+    Source,
     builtin_config,
     builtin_profile,
-    check_config_main,
     config_from_dict,
     config_to_document,
     default_config,
-    implements,
     load_config,
-    validate_profiles,
 )
 from gpusched.config.profile import ConfigError, PluginRef, Point, Profile
+from gpusched.config.profiles import default_args
+from gpusched.config.settings import ClientConnection, LeaderElection, SchedulerConfig
+from gpusched.framework.points import implements
 
 __all__ = [
     "API_VERSION",
@@ -47,17 +50,17 @@ __all__ = [
     "Point",
     "Profile",
     "SchedulerConfig",
+    "Source",
     "builtin_config",
     "builtin_document",
     "builtin_profile",
     "builtin_profiles",
-    "check_config_main",
     "config_from_dict",
     "config_to_document",
     "convert",
+    "default_args",
     "default_config",
     "implements",
     "load_config",
     "to_data",
-    "validate_profiles",
 ]

@@ -12,7 +12,8 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
-from gpusched.config.profile import PluginRef, Point
+from gpusched.config.profile import PluginRef
+from gpusched.framework.points import Point
 from gpusched.model import keys
 
 API_VERSION = "gpusched.io/v1alpha1"
@@ -41,28 +42,6 @@ RENEW_DEADLINE_SECONDS = 10.0
 RETRY_PERIOD_SECONDS = 2.0
 LEASE_NAME = "gpusched"
 LEASE_NAMESPACE = "kube-system"
-# The kernels track a node's cards in an int64 bitmask (gpusched/kernels/_card_rules.py
-# MAX_CARDS). Repeated here so loading a config does not import numba; a test keeps the two
-# equal.
-MAX_CARDS_LIMIT = 63
-
-# The methods a plugin class needs for each point: the members of the Protocols in
-# gpusched/framework/interfaces.py (a test keeps them in step). Checked on the class with
-# hasattr because the Protocols are runtime-checkable on instances only, and the loader
-# must not construct plugins just to validate a file.
-POINT_METHODS: Mapping[Point, tuple[str, ...]] = {
-    Point.QUEUE_SORT: ("less",),
-    Point.PRE_FILTER: ("pre_filter",),
-    Point.FILTER: ("filter",),
-    Point.POST_FILTER: ("post_filter",),
-    Point.PRE_SCORE: ("pre_score",),
-    Point.SCORE: ("score",),
-    Point.RESERVE: ("reserve", "unreserve"),
-    Point.PERMIT: ("permit",),
-    Point.PRE_BIND: ("pre_bind",),
-    Point.BIND: ("bind",),
-    Point.POST_BIND: ("post_bind",),
-}
 
 
 def _refs(*names: str) -> tuple[PluginRef, ...]:

@@ -5,24 +5,15 @@ Shaped like KubeSchedulerConfiguration's profiles[] so platform engineers read i
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+# The extension points are the framework's (defined once there); re-exported because a
+# profile is keyed by them.
+from gpusched.framework.points import Point
 
-class Point(enum.Enum):
-    QUEUE_SORT = "queueSort"
-    PRE_FILTER = "preFilter"
-    FILTER = "filter"
-    POST_FILTER = "postFilter"
-    PRE_SCORE = "preScore"
-    SCORE = "score"
-    RESERVE = "reserve"
-    PERMIT = "permit"
-    PRE_BIND = "preBind"
-    BIND = "bind"
-    POST_BIND = "postBind"
+__all__ = ["ConfigError", "PluginRef", "Point", "Profile"]
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,11 +34,11 @@ from gpusched.core.events import ClusterEvents
 from gpusched.core.handle import SchedulerHandle
 from gpusched.core.queue import QueuedPodInfo, SchedulingQueue
 from gpusched.core.runtime.framework import Framework
-from gpusched.core.runtime.registry import Registry
 from gpusched.core.schedule_one import Result, ScheduleOne
 from gpusched.daemon.reporting import Reporter
 from gpusched.daemon.tasks import Tasks
 from gpusched.daemon.warmup import warm_kernels
+from gpusched.framework.registry import Registry
 from gpusched.kube.client import JSON, Kube
 from gpusched.kube.lease import KubeLeases, LeaderElector, default_identity
 from gpusched.kube.watch import EventType, Reflector

@@ -18,10 +18,10 @@ from gpusched.config import (
     SchedulerConfig,
     default_config,
     load_config,
-    validate_profiles,
 )
-from gpusched.core.runtime.registry import Registry
+from gpusched.core.runtime.validate import validate_profiles
 from gpusched.daemon.daemon import Daemon, DaemonOptions, Logger
+from gpusched.framework.registry import Registry
 from gpusched.kube.client import ApiError, Kube
 from gpusched.observability.logging import make_logger
 from gpusched.observability.metrics import Metrics, serve

@@ -11,7 +11,7 @@ thread (the loop keeps serving the watches meanwhile), before it asks for the Le
 from __future__ import annotations
 
 from gpusched.config import SchedulerConfig
-from gpusched.core.runtime.registry import Registry
+from gpusched.framework.registry import Registry
 from gpusched.sim.engine import Simulation
 from gpusched.sim.generator import generate_fleet, generate_workload
 

@@ -28,6 +28,8 @@ from typing import Any
 
 import orjson
 import yaml
+from rich.console import Console
+from rich.table import Table
 
 from gpusched.kube import JSON, ApiError, Kube, create_namespace, delete_namespace, pod_path
 from gpusched.model import keys
@@ -327,9 +329,6 @@ def load_workload(path: Path = WORKLOAD) -> list[JSON]:
 
 
 async def _apply(kubeconfig: Path, pods: list[JSON], log_path: Path) -> int:
-    from rich.console import Console
-    from rich.table import Table
-
     async with await Kube.connect(kubeconfig) as kube:
         await delete_namespace(kube, DEMO_NAMESPACE)
         await create_namespace(kube, DEMO_NAMESPACE)

@@ -14,17 +14,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar, Protocol, runtime_checkable
+from typing import ClassVar, Protocol, runtime_checkable
 
 import numpy as np
 from numpy.typing import NDArray
 
 from gpusched.framework.cycle_state import CycleState, StateKey
+from gpusched.framework.snapshot import NodeColumns
 from gpusched.framework.status import Status
 from gpusched.model.pod import PodInfo
-
-if TYPE_CHECKING:
-    from gpusched.core.cache.snapshot import Snapshot
 
 MAX_NODE_SCORE = 100.0
 MIN_NODE_SCORE = 0.0
@@ -89,7 +87,9 @@ class Handle(Protocol):
     def cluster(self) -> ClusterPort: ...
 
     @property
-    def snapshot(self) -> Snapshot: ...
+    def snapshot(self) -> NodeColumns:
+        """The columns to read; only the cache writes them."""
+        ...
 
     def now(self) -> float:
         """Seconds on the scheduler's clock (virtual in the simulator)."""

@@ -37,6 +37,11 @@ _LABELS = {
     Code.PENDING: "Pending",
 }
 
+# The `plugin` of the Status that rejects a malformed pod (the runtime's PreFilter gate): no
+# cluster event can fix such a pod, only an update of the pod itself (the queue's requeue
+# hints read it).
+INVALID_POD = "PodSpec"
+
 
 class ClusterWriteError(Exception):
     """The `error` of a Status from a write to the cluster (PreBind, Bind). `final`: the pod

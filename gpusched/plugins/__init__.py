@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpusched.core.runtime.registry import Registry
+from gpusched.framework.registry import Registry
 from gpusched.plugins.best_fit_score import BestFitScore
 from gpusched.plugins.default_binder import DefaultBinder
 from gpusched.plugins.dot_product_score import DotProductScore

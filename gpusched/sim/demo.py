@@ -11,8 +11,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpusched.config.profile import Profile
-from gpusched.core.runtime.registry import Registry
 from gpusched.core.schedule_one import Result
+from gpusched.framework.registry import Registry
 from gpusched.model.pod import GpuKind, PodInfo
 from gpusched.sim.engine import Simulation
 from gpusched.sim.generator import Fleet

@@ -25,8 +25,8 @@ from gpusched.core.events import ClusterEvents
 from gpusched.core.handle import SchedulerHandle
 from gpusched.core.queue import QueuedPodInfo, SchedulingQueue
 from gpusched.core.runtime.framework import Framework, TieBreak
-from gpusched.core.runtime.registry import Registry
 from gpusched.core.schedule_one import Decision, NullObserver, Outcome, Result, ScheduleOne
+from gpusched.framework.registry import Registry
 from gpusched.framework.status import ClusterWriteError, Code, Status
 from gpusched.model import keys
 from gpusched.model.node import NodeModel

@@ -32,9 +32,9 @@ from numpy.typing import NDArray
 
 from gpusched.config import API_VERSION, KIND, builtin_profiles, config_from_dict
 from gpusched.config.profile import Profile
-from gpusched.core.runtime.registry import Registry
 from gpusched.core.schedule_one import Result
-from gpusched.plugins.fgd_score.target import TargetClass
+from gpusched.framework.registry import Registry
+from gpusched.plugins.helper.fgd_target import TargetClass
 from gpusched.sim.engine import Simulation
 from gpusched.sim.fgd_workload import FgdWorkload, build_workload, typical_pods
 from gpusched.sim.openb import DEFAULT_NODE_FILE, TraceNode, TracePod, load_nodes, load_pods

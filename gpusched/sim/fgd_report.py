@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from rich.table import Table
 
 from gpusched.sim.fgd_protocol import (
@@ -114,11 +115,12 @@ def write_curves(path: str | Path, trace: str, results: Sequence[PolicyResult]) 
 
 
 def write_plot(path: str | Path, trace: str, results: Sequence[PolicyResult]) -> None:
-    import matplotlib
+    # Lazy: matplotlib is the optional `plot` extra, and the Agg backend must be chosen
+    # before pyplot is first imported.
+    import matplotlib  # noqa: PLC0415 - optional extra, loaded only to plot
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import numpy as np
+    import matplotlib.pyplot as plt  # noqa: PLC0415 - after matplotlib.use("Agg")
 
     fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
     x = np.arange(CURVE_POINTS)

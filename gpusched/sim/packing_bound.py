@@ -38,7 +38,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpusched.model.node import FULL_CARD_MILLI
-from gpusched.plugins.gpu_fragmentation.prices import cutting_stock
+from gpusched.packing import cutting_stock
+from gpusched.sim.fgd_protocol import load_trace, parse_seeds
 from gpusched.sim.fgd_workload import build_workload, cluster_milli_gpu
 from gpusched.sim.openb import TraceNode, TracePod
 
@@ -183,7 +184,6 @@ def seed_bound(a: Arrivals, seed: int) -> SeedBound:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from gpusched.sim.fgd_protocol import load_trace, parse_seeds
 
     ap = argparse.ArgumentParser(
         prog="python -m gpusched.sim.packing_bound",

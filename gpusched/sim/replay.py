@@ -48,8 +48,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from gpusched.config import builtin_profile
-from gpusched.core.runtime.registry import Registry
 from gpusched.core.schedule_one import Decision
+from gpusched.framework.registry import Registry
 from gpusched.model.node import NodeModel
 from gpusched.model.pod import PodInfo
 from gpusched.sim.engine import Simulation

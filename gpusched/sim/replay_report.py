@@ -9,9 +9,20 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from rich.console import Console
 from rich.table import Table
 
-from gpusched.sim.replay import ReplayConfig, ReplayPolicy, ReplayWorkload
+from gpusched.plugins import default_registry
+from gpusched.sim.fgd_protocol import load_trace, parse_seeds
+from gpusched.sim.replay import (
+    POLICIES,
+    ReplayConfig,
+    ReplayPolicy,
+    ReplayRun,
+    ReplayWorkload,
+    offered_load,
+    run_policies,
+)
 
 # The seed article's production figures, kube-scheduler -> ai-scheduler. Quoted, never a
 # target: the replay's model is not tuned towards them.
@@ -142,11 +153,6 @@ def write_json(path: str | Path, data: Mapping[str, Any]) -> None:
 
 def replay_main(args: Any) -> int:
     """``gpusched simulate --protocol replay`` (arguments from gpusched/cli.py)."""
-    from rich.console import Console
-
-    from gpusched.plugins import default_registry
-    from gpusched.sim.fgd_protocol import load_trace, parse_seeds
-    from gpusched.sim.replay import POLICIES, ReplayRun, offered_load, run_policies
 
     console = Console(width=max(120, Console().width))
     if args.trace_dir is None:

@@ -4,6 +4,7 @@ again, stopped with SIGTERM (exit 0), refused a bad configuration (exit 2, field
 from __future__ import annotations
 
 import asyncio
+import io
 import os
 import signal
 import sys
@@ -19,6 +20,7 @@ from tests.integration.daemon_support import (
     placement,
     pool_node,
     pool_specs,
+    running_daemon,
 )
 from tests.integration.test_daemon import _create, _pool, _until_bound
 
@@ -136,9 +138,6 @@ async def test_pod_is_not_bound_twice_after_restart_even_if_annotated(
     async with node_pool(kube, [pool_node(spec, pool)]):
         await kube.post(pod_path(namespace), stale)
         await kube.post(pod_path(namespace), demo_pod("fresh", gpus=6, **where))
-        import io
-
-        from tests.integration.daemon_support import running_daemon
 
         async with running_daemon(cluster.kubeconfig, io.StringIO()):
             final = await _until_bound(kube, namespace, ["stale", "fresh"], 2)

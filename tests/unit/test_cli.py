@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from gpusched.cli import build_parser, main
+from gpusched.sim.fgd_protocol import TIE_BREAKS
 from gpusched.sim.openb import POD_COLUMNS
 
 NODES = "sn,cpu_milli,memory_mib,gpu,model\nn-0,64000,262144,2,P100\n"
@@ -246,8 +247,6 @@ def test_simulate_with_an_unknown_profile(capsys: pytest.CaptureFixture[str]) ->
 
 def test_tie_break_choices_are_the_protocols(capsys: pytest.CaptureFixture[str]) -> None:
     """The parser lists them literally (so `--help` needs no numpy); they must not drift."""
-    from gpusched.sim.fgd_protocol import TIE_BREAKS
-
     parser = build_parser()
     assert parser.parse_args(["simulate"]).tie_break == TIE_BREAKS[0]
     for rule in TIE_BREAKS:

@@ -27,6 +27,7 @@ from gpusched.core.queue.active import ActiveQueue, Less
 from gpusched.core.queue.backoff import BackoffQueue, backoff_duration
 from gpusched.core.queue.info import QueuedPodInfo
 from gpusched.core.queue.unschedulable import UnschedulablePods
+from gpusched.framework.status import INVALID_POD
 from gpusched.model.pod import PodInfo
 
 ACTIVE = "active"
@@ -34,9 +35,6 @@ BACKOFF = "backoff"
 UNSCHEDULABLE = "unschedulable"
 INFLIGHT = "inflight"
 
-# The plugin name the runtime gives a malformed pod (core/runtime/framework.py INVALID_POD):
-# no cluster event can fix it, only an update of the pod itself.
-POD_SPEC = "PodSpec"
 # How often the leftover unschedulable pods are checked (kube-scheduler: every 30 s).
 LEFTOVER_CHECK_SECONDS = 30.0
 
@@ -57,7 +55,7 @@ def may_help(rejected_by: frozenset[str], event: ClusterEvent) -> bool:
     pod until the periodic flush)."""
     if event is ClusterEvent.FLUSH:
         return True
-    if rejected_by and rejected_by <= {POD_SPEC}:
+    if rejected_by and rejected_by <= {INVALID_POD}:
         return False
     # Fewer nodes never make a pod fit.
     return event is not ClusterEvent.NODE_DELETE

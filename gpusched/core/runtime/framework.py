@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from gpusched.config.profile import ConfigError, Point, Profile
-from gpusched.core.runtime.registry import Registry
+from gpusched.config.profile import ConfigError, Profile
+from gpusched.config.profiles import default_args
 from gpusched.core.runtime.tie_break import SeededNodeOrder
 from gpusched.core.runtime.waiting import WaitingPod, WaitingPods
 from gpusched.framework.cycle_state import CycleState
@@ -40,24 +40,10 @@ from gpusched.framework.interfaces import (
     ScorePlugin,
     Scores,
 )
-from gpusched.framework.status import SUCCESS, Code, Status
+from gpusched.framework.points import PROTOCOLS, Point
+from gpusched.framework.registry import Registry
+from gpusched.framework.status import INVALID_POD, SUCCESS, Code, Status
 from gpusched.model.pod import PodInfo
-
-_PROTOCOLS: dict[Point, type] = {
-    Point.QUEUE_SORT: QueueSortPlugin,
-    Point.PRE_FILTER: PreFilterPlugin,
-    Point.FILTER: FilterPlugin,
-    Point.POST_FILTER: PostFilterPlugin,
-    Point.PRE_SCORE: PreScorePlugin,
-    Point.SCORE: ScorePlugin,
-    Point.RESERVE: ReservePlugin,
-    Point.PERMIT: PermitPlugin,
-    Point.PRE_BIND: PreBindPlugin,
-    Point.BIND: BindPlugin,
-    Point.POST_BIND: PostBindPlugin,
-}
-
-INVALID_POD = "PodSpec"
 
 _log = logging.getLogger(__name__)
 
@@ -160,15 +146,17 @@ class Framework:
                     f"profiles[{profile.scheduler_name}].plugins", str(exc.args[0])
                 ) from None
             args = profile.plugin_args.get(name)
-            if args is None and spec.args_type is not None:
-                args = spec.args_type()
+            if args is None:  # a profile built in code, not loaded: defaults as the loader's
+                args = default_args(
+                    spec, f"profiles[{profile.scheduler_name}].pluginConfig[{name}].args"
+                )
             self.plugins[name] = spec.cls(args, handle)
 
         def at(point: Point) -> list[Any]:
             out = []
             for ref in profile.enabled(point):
                 plugin = self.plugins[ref.name]
-                if not isinstance(plugin, _PROTOCOLS[point]):
+                if not isinstance(plugin, PROTOCOLS[point]):
                     raise ConfigError(
                         f"profiles[{profile.scheduler_name}].plugins.{point.value}",
                         f"plugin {ref.name} does not implement {point.value}",

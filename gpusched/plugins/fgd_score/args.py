@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpusched.plugins.fgd_score.target import TargetClass
+from gpusched.plugins.helper.fgd_target import TargetClass
 
 
 @dataclass(frozen=True, slots=True)

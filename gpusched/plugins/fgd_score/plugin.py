@@ -15,7 +15,7 @@ from gpusched.framework.cycle_state import CycleState
 from gpusched.framework.interfaces import Handle, Rows, Scores
 from gpusched.model.pod import PodInfo
 from gpusched.plugins.fgd_score.args import FGDScoreArgs
-from gpusched.plugins.fgd_score.target import FragCache, score_placements
+from gpusched.plugins.helper.fgd_target import FragCache, score_placements
 
 NEUTRAL = 50.0
 

@@ -28,7 +28,7 @@ from gpusched.kernels.dispatch import pick
 from gpusched.model import keys
 from gpusched.model.pod import PodInfo
 from gpusched.model.share import share_on_card
-from gpusched.plugins.gpu_fit.state import (
+from gpusched.plugins.helper.gpu_state import (
     CARD_HINT,
     GPU_REQUEST,
     GPU_SUMMARY,

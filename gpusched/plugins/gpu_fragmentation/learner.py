@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import deque
 
 from gpusched.model.pod import PodRequest
-from gpusched.plugins.fgd_score.target import TargetClass
+from gpusched.plugins.helper.fgd_target import TargetClass
 
 Shape = tuple[int, int, int, str]  # cpu milli, gpu milli per card, cards, models
 

@@ -22,11 +22,11 @@ from gpusched.framework.cycle_state import CycleState
 from gpusched.framework.interfaces import Handle, Rows, Scores
 from gpusched.model.node import FULL_CARD_MILLI
 from gpusched.model.pod import PodInfo
-from gpusched.plugins.fgd_score.target import FragCache, score_placements
-from gpusched.plugins.gpu_fit.state import CARD_HINT
 from gpusched.plugins.gpu_fragmentation.args import GPUFragmentationArgs
 from gpusched.plugins.gpu_fragmentation.learner import ShapeLearner
 from gpusched.plugins.gpu_fragmentation.prices import CardPrices, LossCache
+from gpusched.plugins.helper.fgd_target import FragCache, score_placements
+from gpusched.plugins.helper.gpu_state import CARD_HINT
 
 NEUTRAL = 50.0
 log = logging.getLogger(__name__)

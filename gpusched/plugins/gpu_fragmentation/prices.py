@@ -1,8 +1,9 @@
 """Card prices: what a shared pod of each size costs in cards, from the learnt size mix.
 
-The cutting-stock LP (Gilmore-Gomory) of the learnt mix of shared-pod sizes gives a dual
-price per size: the share of a card a pod of that size takes in an optimal packing of the
-mix (a 470 costs 1/2: two fill a card; an 810 costs 1: nothing useful fits beside it).
+The cutting-stock LP (Gilmore-Gomory, gpusched/packing/cutting_stock.py) of the learnt mix
+of shared-pod sizes gives a dual price per size: the share of a card a pod of that size
+takes in an optimal packing of the mix (a 470 costs 1/2: two fill a card; an 810 costs 1:
+nothing useful fits beside it).
 ``value[g]`` is the most a gap of g milli can earn at those prices. Putting a pod of size s
 in a gap g then loses ``value[g] - value[g - s] - price(s)`` cards (>= 0): zero when the
 pod completes a pattern of an optimal packing, positive when it leaves a gap the mix
@@ -14,94 +15,21 @@ docs/fgd-results.md.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
-from gpusched.core.cache.row_cache import RowCache
-from gpusched.core.cache.snapshot import Snapshot
-from gpusched.kernels.card_prices import knapsack_nb, knapsack_np, price_loss_nb, price_loss_np
+from gpusched.framework.snapshot import NodeColumns
+from gpusched.kernels.card_prices import price_loss_nb, price_loss_np
 from gpusched.kernels.dispatch import pick
 from gpusched.model.node import FULL_CARD_MILLI
+from gpusched.packing import cutting_stock
+from gpusched.plugins.helper.row_cache import RowCache
 
-knapsack = pick(knapsack_nb, knapsack_np)
 price_loss = pick(price_loss_nb, price_loss_np)
 
 UNIT = 10  # milli per step: gap values 0..100 steps
 STEPS = FULL_CARD_MILLI // UNIT
-# A column enters while its patterns' dual value exceeds one card by more than this.
-_ENTER = 1e-9
-_MAX_COLUMNS = 1000
-
-
-@dataclass(frozen=True, slots=True)
-class CuttingStock:
-    bins: float  # LP optimum: cards needed, fractionally
-    prices: NDArray[np.float64]  # dual price per size, rescaled so no card is worth > 1
-    lower_bound: float  # sum(demand * prices): a lower bound on the cards needed
-    value: NDArray[np.float64]  # value[g]: the most a gap of g steps earns at `prices`
-
-
-def cutting_stock(
-    units: NDArray[np.int64], caps: NDArray[np.int64], demand: NDArray[np.float64], steps: int
-) -> CuttingStock:
-    """min cards s.t. every size's demand is covered, by column generation (HiGHS for the
-    restricted LP, the exact knapsack kernel for pricing). ``caps`` bounds the copies of a
-    size in one card (its demand for an instance, steps // units for a mix).
-
-    The returned prices are rescaled by the best pattern's value at the last pricing, so
-    every card filling is worth at most 1 whatever the solver's tolerances: weak duality
-    then makes ``lower_bound`` a true lower bound."""
-    import highspy
-
-    n = len(units)
-    h = _quiet_solver()
-    inf = highspy.kHighsInf
-    no_index = np.zeros(0, np.int32)
-    for i in range(n):
-        h.addRow(float(demand[i]), inf, 0, no_index, np.zeros(0))
-    for i in range(n):  # one size per card: a feasible start
-        h.addCol(1.0, 0.0, inf, 1, np.array([i], np.int32), np.array([float(caps[i])]))
-    value = np.zeros(steps + 1)
-    pattern = np.zeros(n, np.int64)
-    prices = np.zeros(n)
-    best = 0.0
-    for _ in range(_MAX_COLUMNS):
-        h.run()
-        status = h.getModelStatus()
-        if status != highspy.HighsModelStatus.kOptimal:
-            raise RuntimeError(f"cutting-stock LP not solved: HiGHS model status {status}")
-        prices = np.maximum(0.0, np.asarray(h.getSolution().row_dual, np.float64))
-        knapsack(units, caps, prices, steps, value, pattern)
-        best = float(value[steps])
-        if best <= 1.0 + _ENTER:
-            break
-        idx = np.nonzero(pattern)[0].astype(np.int32)
-        h.addCol(1.0, 0.0, inf, len(idx), idx, pattern[idx].astype(np.float64))
-    # The knapsack is linear in the prices, so its last table rescales with them.
-    scale = 1.0 / max(1.0, best)
-    return CuttingStock(
-        bins=float(h.getInfo().objective_function_value),
-        prices=prices * scale,
-        lower_bound=float((demand * prices).sum() * scale),
-        value=value * scale,
-    )
-
-
-def _quiet_solver() -> Any:
-    """A HiGHS instance that prints nothing. ``highspy.Highs()`` writes a banner to stdout
-    as it is built (its callback set-up calls into HiGHS before ``output_flag`` can be
-    cleared), which would land among the daemon's JSON log lines; the core class it wraps
-    does not."""
-    try:
-        from highspy._core import _Highs as Solver
-    except ImportError:  # pragma: no cover - a highspy laid out differently
-        from highspy import Highs as Solver
-    h = Solver()
-    h.setOptionValue("output_flag", False)
-    return h
 
 
 def size_steps(milli: int) -> int:
@@ -159,7 +87,7 @@ class LossCache(RowCache[Losses]):
 
     def losses(
         self,
-        snap: Snapshot,
+        snap: NodeColumns,
         prices: CardPrices,
         *,
         milli: int,

@@ -1,4 +1,11 @@
-"""Helpers shared by the standard plugins (kube-scheduler's framework/plugins/helper)."""
+"""Helpers shared by the standard plugins (kube-scheduler's framework/plugins/helper).
+
+Plugin folders never import each other (import-linter holds them apart); what several
+plugins share lives here: score normalisation and toleration matching (exported below),
+and, imported by module, `gpu_state` (what GPUFit computes once per pod and the other GPU
+plugins read), `fgd_target` (the FGD target workload and fragmentation cache, also the
+simulator's) and `row_cache` (per-row results of recent request shapes).
+"""
 
 from gpusched.plugins.helper.normalize import default_normalize_score
 from gpusched.plugins.helper.tolerations import (

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 import numpy as np
 from numpy.typing import NDArray
 
-from gpusched.core.cache.snapshot import Snapshot
+from gpusched.framework.snapshot import NodeColumns
 from gpusched.plugins.node_affinity.selector import Required, Requirement, Term, parse_int64
 
 Bools = NDArray[np.bool_]
@@ -66,7 +66,7 @@ class LabelIndex:
 
     __slots__ = ("_columns", "_dicts", "snapshot")
 
-    def __init__(self, snapshot: Snapshot) -> None:
+    def __init__(self, snapshot: NodeColumns) -> None:
         self.snapshot = snapshot
         self._dicts: list[Mapping[str, str]] = []
         self._columns: dict[str, KeyColumn] = {}

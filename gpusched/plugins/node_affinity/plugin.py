@@ -19,9 +19,9 @@ from typing import Any, ClassVar
 import numpy as np
 from numpy.typing import NDArray
 
-from gpusched.core.cache.snapshot import Snapshot
 from gpusched.framework.cycle_state import CycleState, StateKey
 from gpusched.framework.interfaces import FilterResult, Handle, Mask, PreFilterResult, Rows, Scores
+from gpusched.framework.snapshot import NodeColumns
 from gpusched.framework.status import Code, Status
 from gpusched.model.pod import PodInfo
 from gpusched.plugins.helper.normalize import default_normalize_score
@@ -44,7 +44,7 @@ PREFIX = "spec.affinity.nodeAffinity"
 _CACHE_LIMIT = 4096  # distinct selector signatures kept; a cluster sees a few hundred
 
 
-def _field_mask(snap: Snapshot, rows: Rows, term: Term) -> Bools:
+def _field_mask(snap: NodeColumns, rows: Rows, term: Term) -> Bools:
     """The term's metadata.name requirements on `rows` (all True without matchFields)."""
     out = np.ones(len(rows), np.bool_)
     for f in term.fields:

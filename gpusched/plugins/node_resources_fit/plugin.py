@@ -13,7 +13,6 @@ from typing import ClassVar
 import numpy as np
 from numpy.typing import NDArray
 
-from gpusched.core.cache.snapshot import NO_CARD, Snapshot
 from gpusched.framework.cycle_state import CycleState, StateKey
 from gpusched.framework.interfaces import (
     MAX_NODE_SCORE,
@@ -24,6 +23,7 @@ from gpusched.framework.interfaces import (
     Rows,
     Scores,
 )
+from gpusched.framework.snapshot import NO_CARD, NodeColumns
 from gpusched.framework.status import Status
 from gpusched.model.keys import GPU_RESOURCE
 from gpusched.model.node import FULL_CARD_MILLI
@@ -140,7 +140,7 @@ class NodeResourcesFit:
         return Status()
 
     def _alloc_requested(
-        self, snap: Snapshot, rows: Rows, name: str, req: PodRequests
+        self, snap: NodeColumns, rows: Rows, name: str, req: PodRequests
     ) -> tuple[I64, I64]:
         """(allocatable, requested after placing the pod) per row, kube-scheduler's
         calculateResourceAllocatableRequest. allocatable 0 means "do not score this

@@ -15,7 +15,7 @@ from gpusched.framework.cycle_state import CycleState, StateKey
 from gpusched.framework.interfaces import Handle, Rows, Scores
 from gpusched.framework.status import Status
 from gpusched.model.pod import PodInfo
-from gpusched.plugins.gpu_fit.state import CARD_HINT
+from gpusched.plugins.helper.gpu_state import CARD_HINT
 from gpusched.plugins.random_score.args import RandomScoreArgs
 
 _PICK: StateKey[int] = StateKey("RandomScore/pick")

@@ -17,9 +17,9 @@ from typing import ClassVar
 
 import numpy as np
 
-from gpusched.core.cache.snapshot import Snapshot
 from gpusched.framework.cycle_state import CycleState, StateKey
 from gpusched.framework.interfaces import FilterResult, Handle, Mask, Rows, Scores
+from gpusched.framework.snapshot import NodeColumns
 from gpusched.framework.status import Status
 from gpusched.model.pod import PodInfo
 from gpusched.plugins.helper.normalize import default_normalize_score
@@ -52,7 +52,7 @@ class _FilterTable:
         self.texts: list[str] = []
         self._text_ids: dict[str, int] = {}
 
-    def extend(self, snap: Snapshot, tolerations: tuple[Toleration, ...]) -> None:
+    def extend(self, snap: NodeColumns, tolerations: tuple[Toleration, ...]) -> None:
         start = len(self.first_bad)
         end = len(snap.taintsets)
         if start >= end:
@@ -81,7 +81,7 @@ class _ScoreTable:
     def __init__(self) -> None:
         self.counts = np.empty(0, np.int64)
 
-    def extend(self, snap: Snapshot, tolerations: tuple[Toleration, ...]) -> None:
+    def extend(self, snap: NodeColumns, tolerations: tuple[Toleration, ...]) -> None:
         start = len(self.counts)
         end = len(snap.taintsets)
         if start >= end:
@@ -105,11 +105,11 @@ class TaintToleration:
 
     def __init__(self, args: object, handle: Handle) -> None:
         self.handle = handle
-        self._snap: Snapshot | None = None
+        self._snap: NodeColumns | None = None
         self._filter: dict[tuple[Toleration, ...], _FilterTable] = {}
         self._score: dict[tuple[Toleration, ...], _ScoreTable] = {}
 
-    def _tables_for(self, snap: Snapshot) -> None:
+    def _tables_for(self, snap: NodeColumns) -> None:
         # Ids belong to one Snapshot object: a rebuilt snapshot (re-list) starts afresh.
         if snap is not self._snap:
             self._snap = snap

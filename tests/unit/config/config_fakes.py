@@ -10,9 +10,9 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from gpusched.config.defaults import POINT_METHODS
 from gpusched.config.profile import Point
-from gpusched.core.runtime.registry import Registry
+from gpusched.framework.points import POINT_METHODS
+from gpusched.framework.registry import Registry
 
 
 def _noop(self: object, *args: object) -> None:

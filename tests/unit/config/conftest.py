@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpusched.core.runtime.registry import Registry
+from gpusched.framework.registry import Registry
 from tests.unit.config.config_fakes import make_registry
 
 

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from gpusched.cli import check_config_main
 from gpusched.config import (
     DEFAULT_PLUGINS,
     ConfigErrors,
@@ -17,17 +18,18 @@ from gpusched.config import (
     builtin_document,
     builtin_profile,
     builtin_profiles,
-    check_config_main,
     config_from_dict,
     config_to_document,
     default_config,
     load_config,
-    validate_profiles,
 )
-from gpusched.config.defaults import MAX_CARDS_LIMIT, POINT_METHODS
 from gpusched.config.profile import ConfigError, PluginRef, Point, Profile
-from gpusched.core.runtime.registry import Registry
+from gpusched.core.runtime.validate import validate_profiles
 from gpusched.framework import interfaces
+from gpusched.framework.points import POINT_METHODS
+from gpusched.framework.registry import Registry
+from gpusched.framework.snapshot import MAX_CARDS_LIMIT
+from gpusched.kernels._card_rules import MAX_CARDS
 from gpusched.model.node import TopologyKeys
 from tests.unit.config.config_fakes import (
     FitArgs,
@@ -933,6 +935,5 @@ def test_point_methods_match_the_protocols(point: Point) -> None:
 
 
 def test_max_cards_limit_matches_the_kernels() -> None:
-    from gpusched.kernels._card_rules import MAX_CARDS
 
     assert MAX_CARDS_LIMIT == MAX_CARDS

@@ -7,6 +7,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from gpusched.framework import CycleState, FilterResult, Mask, Rows, Scores, Status
+from gpusched.framework.status import wait
 from gpusched.model.node import Card, NodeModel
 from gpusched.model.pod import PodInfo, PodRequest
 
@@ -109,6 +110,5 @@ class Gate:
         pass
 
     def permit(self, state: CycleState, pod: PodInfo, node: str) -> tuple[Status, float]:
-        from gpusched.framework.status import wait
 
         return wait(self.name), 5.0

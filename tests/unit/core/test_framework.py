@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -10,9 +11,9 @@ import pytest
 from gpusched.config.profile import ConfigError, PluginRef, Point, Profile
 from gpusched.core.cache.snapshot import Snapshot
 from gpusched.core.runtime.framework import Framework
-from gpusched.core.runtime.registry import Registry
 from gpusched.core.runtime.tie_break import node_rank
 from gpusched.framework import Code, CycleState
+from gpusched.framework.registry import Registry
 from tests.unit.core.fakes import (
     Binder,
     EvenRows,
@@ -227,7 +228,6 @@ def test_permit_reject() -> None:
 
 
 def test_malformed_pod_is_unresolvable_with_its_reasons() -> None:
-    from dataclasses import replace
 
     fw = Framework(profile(), registry(), handle())
     pod = replace(make_pod(), errors=("annotation gpusched.io/gpu-milli='x' is not an integer",))

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, ClassVar
 
 import numpy as np
 
-from gpusched.config.profile import PluginRef
+from gpusched.config.profile import PluginRef, Point, Profile
 from gpusched.core.runtime.framework import Framework
 from gpusched.framework import Code, CycleState, Rows, Scores, Status
+from gpusched.framework.registry import Registry
 from gpusched.model.pod import PodInfo
-from tests.unit.core.fakes import make_pod
+from tests.unit.core.fakes import Binder, Sort, make_pod
 from tests.unit.core.test_framework import handle, profile, registry
 
 
@@ -59,11 +61,6 @@ class _Raises:
 
 
 def test_plugin_exceptions_after_filtering_become_error_statuses() -> None:
-    import asyncio
-
-    from gpusched.config.profile import PluginRef, Point, Profile
-    from gpusched.core.runtime.registry import Registry
-    from tests.unit.core.fakes import Binder, Sort, make_pod
 
     reg = Registry()
     for cls in (Sort, Binder, _Raises):

@@ -7,8 +7,8 @@ from collections.abc import Callable
 import numpy as np
 from numpy.typing import NDArray
 
-from gpusched.core.cache.row_cache import RowCache
 from gpusched.core.cache.snapshot import Snapshot
+from gpusched.plugins.helper.row_cache import RowCache
 
 Rows = NDArray[np.int64]
 

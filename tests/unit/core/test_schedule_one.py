@@ -17,7 +17,6 @@ from gpusched.core.cache.snapshot import Snapshot
 from gpusched.core.handle import SchedulerHandle
 from gpusched.core.queue import ClusterEvent, QueuedPodInfo, SchedulingQueue
 from gpusched.core.runtime.framework import Framework
-from gpusched.core.runtime.registry import Registry
 from gpusched.core.schedule_one import Decision, Outcome, Result, ScheduleOne
 from gpusched.framework import (
     ALLOCATION,
@@ -30,6 +29,7 @@ from gpusched.framework import (
     Scores,
     Status,
 )
+from gpusched.framework.registry import Registry
 from gpusched.framework.status import ClusterWriteError, Code
 from gpusched.model.pod import PodInfo
 from tests.unit.core.fakes import Binder, Sort, gpu_node, make_pod

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import io
 from collections.abc import Mapping
 from pathlib import Path
@@ -409,7 +410,6 @@ async def test_stop_before_the_first_sync_leaves_no_unretrieved_exception(
 ) -> None:
     """SIGTERM while the watches still retry (an unreachable server) must stop quietly: no
     "_GatheringFuture exception was never retrieved" traceback on stderr."""
-    import gc
 
     d, _ = daemon
 

@@ -13,10 +13,11 @@ from gpusched.config import API_VERSION, KIND, builtin_profiles, config_from_dic
 from gpusched.core.schedule_one import Result
 from gpusched.model.node import Card, NodeModel
 from gpusched.model.pod import PodInfo, PodRequest
+from gpusched.packing import cutting_stock
 from gpusched.plugins import default_registry
 from gpusched.plugins.gpu_fragmentation.args import GPUFragmentationArgs
 from gpusched.plugins.gpu_fragmentation.learner import ShapeLearner
-from gpusched.plugins.gpu_fragmentation.prices import CardPrices, cutting_stock
+from gpusched.plugins.gpu_fragmentation.prices import CardPrices, LossCache, price_loss
 from gpusched.sim.engine import Simulation
 
 GIB = 2**30
@@ -227,7 +228,6 @@ def test_a_failing_price_solve_keeps_the_old_prices(
 def test_loss_cache_equals_a_fresh_computation_under_churn() -> None:
     """After binds, deletions and a re-solve, the cached per-row losses equal the kernel
     run afresh over every row, and most lookups are partial."""
-    from gpusched.plugins.gpu_fragmentation.prices import LossCache, price_loss
 
     s = sim({}, *(node(f"n{i}", cards=4) for i in range(6)))
     plugin = s.fw.plugins["GPUFragmentation"]

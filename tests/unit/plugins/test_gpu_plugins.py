@@ -13,11 +13,13 @@ import pytest
 
 from gpusched.config import builtin_profile
 from gpusched.core.schedule_one import Result
-from gpusched.framework import CycleState
+from gpusched.framework import ALLOCATION, CycleState
 from gpusched.model import keys
 from gpusched.model.node import Card, NodeModel
 from gpusched.model.pod import NVLink, PodInfo, PodRequest
 from gpusched.plugins import default_registry
+from gpusched.plugins.gpu_fit import GPUFit
+from gpusched.plugins.helper.gpu_state import CARD_HINT, GPU_REQUEST, compute_summary, gpu_request
 from gpusched.plugins.thermal import Thermal
 from gpusched.plugins.thermal.args import ThermalArgs
 from gpusched.sim.engine import Simulation
@@ -226,8 +228,6 @@ def test_no_card_ever_over_allocated_under_random_load() -> None:
 
 
 def test_reserve_takes_a_score_plugins_card_hint_only_when_it_fits() -> None:
-    from gpusched.plugins.gpu_fit import GPUFit
-    from gpusched.plugins.gpu_fit.state import CARD_HINT, GPU_REQUEST, gpu_request
 
     s = sim(gpu_node("n"))
     row = s.snapshot.row_of("n")
@@ -244,13 +244,11 @@ def test_reserve_takes_a_score_plugins_card_hint_only_when_it_fits() -> None:
         hint[row] = hinted
         state.write(CARD_HINT, hint)
         assert plugin.reserve(state, p, "n").is_success()
-        from gpusched.framework import ALLOCATION
 
         assert state.read(ALLOCATION).cards == expect
 
 
 def test_incremental_summary_cache_equals_a_full_pass() -> None:
-    from gpusched.plugins.gpu_fit.state import compute_summary, gpu_request
 
     rng = np.random.default_rng(11)
     s = sim(*(gpu_node(f"n{i}", cards=int(rng.choice([2, 4, 8]))) for i in range(40)))

@@ -15,11 +15,11 @@ import pytest
 
 from gpusched.config import builtin_profile, default_config
 from gpusched.config.profile import PluginRef, Point, Profile
-from gpusched.core.runtime.registry import Registry
 from gpusched.core.schedule_one import Result
 from gpusched.daemon import Daemon, DaemonOptions
 from gpusched.devcluster.nodes import NodeSpec, node_object
 from gpusched.framework import CycleState, Status
+from gpusched.framework.registry import Registry
 from gpusched.framework.status import Code
 from gpusched.kube.writer import ObjectRef
 from gpusched.model import keys

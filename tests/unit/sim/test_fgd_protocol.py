@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from gpusched.cli import main
 from gpusched.plugins import default_registry
 from gpusched.sim import fgd_report
 from gpusched.sim.fgd_protocol import (
+    Placement,
     PolicyResult,
+    SeedRun,
+    Stat,
     Trace,
     discrete_curve,
     load_trace,
@@ -132,7 +137,6 @@ def test_config_profiles_are_measured_as_policies(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """`--config FILE` measures a user's own profile next to the built-in policies."""
-    from gpusched.cli import main
 
     (tmp_path / "openb_node_list_gpu_node.csv").write_text(
         "sn,cpu_milli,memory_mib,gpu,model\n"
@@ -171,7 +175,6 @@ def test_config_profiles_are_measured_as_policies(
         str(tmp_path / "out.json"),
     ]
     assert main(argv) == 0
-    import json
 
     out = json.loads((tmp_path / "out.json").read_text())["policies"]
     assert set(out) == {"packed", "BestFit"}
@@ -198,7 +201,6 @@ def test_discrete_curve_rounds_half_to_even() -> None:
 
 
 def test_stat_is_population_std_and_outputs_have_the_documented_shape(tmp_path: Path) -> None:
-    from gpusched.sim.fgd_protocol import Placement, SeedRun, Stat
 
     s = Stat.of([4.0, 6.0])
     assert s.mean == 5.0 and s.std == 1.0  # population, not sample (1.41)

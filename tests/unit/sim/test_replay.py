@@ -13,6 +13,7 @@ from gpusched.sim.openb import TraceNode, TracePod
 from gpusched.sim.replay import (
     ReplayConfig,
     ReplayRun,
+    _weighted_quantile,
     build_workload,
     offered_load,
     rack_layout,
@@ -229,7 +230,6 @@ def test_gang_spread_is_over_distinct_nodes_and_the_job_s_whole_run() -> None:
 
 
 def test_weighted_p99_of_the_hottest_node() -> None:
-    from gpusched.sim.replay import _weighted_quantile
 
     v = np.asarray([50.0, 80.0])
     assert _weighted_quantile(v, np.asarray([99.5, 0.5]), 0.99) == 50.0

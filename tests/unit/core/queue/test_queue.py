@@ -8,7 +8,8 @@ import dataclasses
 import pytest
 
 from gpusched.core.queue import ClusterEvent, SchedulingQueue, backoff_duration, may_help
-from gpusched.core.queue.queue import ACTIVE, BACKOFF, INFLIGHT, POD_SPEC, UNSCHEDULABLE
+from gpusched.core.queue.queue import ACTIVE, BACKOFF, INFLIGHT, UNSCHEDULABLE
+from gpusched.framework.status import INVALID_POD as POD_SPEC
 from gpusched.model.pod import PodInfo, PodRequest
 from gpusched.plugins.priority_sort import PrioritySort
 

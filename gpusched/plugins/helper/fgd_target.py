@@ -14,14 +14,14 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from gpusched.core.cache.snapshot import Snapshot
 from gpusched.framework.cycle_state import CycleState
 from gpusched.framework.interfaces import Rows, Scores
+from gpusched.framework.snapshot import NodeColumns
 from gpusched.kernels.dispatch import pick
 from gpusched.kernels.fgd import fgd_delta_nb, fgd_delta_np, fgd_refresh_nb, fgd_refresh_np
 from gpusched.model.node import FULL_CARD_MILLI
 from gpusched.model.pod import PodInfo
-from gpusched.plugins.gpu_fit.state import CARD_HINT, GPU_REQUEST
+from gpusched.plugins.helper.gpu_state import CARD_HINT, GPU_REQUEST
 
 fgd_refresh = pick(fgd_refresh_nb, fgd_refresh_np)
 fgd_delta = pick(fgd_delta_nb, fgd_delta_np)
@@ -79,7 +79,7 @@ class FragCache:
         self._force = True
         self._models = -1
 
-    def refresh(self, snap: Snapshot) -> None:
+    def refresh(self, snap: NodeColumns) -> None:
         """Bring the statistics up to date with the snapshot (changed rows only)."""
         n, k = snap.capacity, len(self.classes)
         if self.cnt.shape != (n, k) or self.seen_free.shape != snap.card_free_milli.shape:
@@ -124,7 +124,7 @@ class FragCache:
 
     def delta(
         self,
-        snap: Snapshot,
+        snap: NodeColumns,
         rows: Rows,
         *,
         cpu: int,
@@ -168,7 +168,7 @@ class FragCache:
 def score_placements(
     cache: FragCache,
     state: CycleState,
-    snap: Snapshot,
+    snap: NodeColumns,
     pod: PodInfo,
     rows: Rows,
     *,

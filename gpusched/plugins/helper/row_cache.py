@@ -1,7 +1,7 @@
 """Per-row results of recent request shapes, brought up to date incrementally.
 
 Workloads repeat a few pod shapes, and between two pods only the rows the cache touched
-(a bind, a deletion, a node update) change (``Snapshot.row_version``). A plugin whose
+(a bind, a deletion, a node update) change (``NodeColumns.row_version``). A plugin whose
 per-row result depends only on that row and the request shape keeps the result per shape
 and recomputes just the changed rows: a pod then costs one vector compare of the row
 versions plus the changed rows, not a pass over every card column. GPUFit's summary and
@@ -16,7 +16,7 @@ from typing import Generic, TypeVar
 import numpy as np
 from numpy.typing import NDArray
 
-from gpusched.core.cache.snapshot import Snapshot
+from gpusched.framework.snapshot import NodeColumns
 
 T = TypeVar("T")
 
@@ -30,7 +30,7 @@ class RowCache(Generic[T]):
 
     def get(
         self,
-        snap: Snapshot,
+        snap: NodeColumns,
         shape: Hashable,
         compute_all: Callable[[], T],
         recompute: Callable[[T, NDArray[np.intp]], None],

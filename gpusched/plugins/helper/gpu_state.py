@@ -7,13 +7,13 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from gpusched.core.cache.row_cache import RowCache
-from gpusched.core.cache.snapshot import Snapshot
 from gpusched.framework.cycle_state import CycleState, StateKey
 from gpusched.framework.interfaces import Mask
+from gpusched.framework.snapshot import NodeColumns
 from gpusched.kernels import gpu_summary_nb, gpu_summary_np
 from gpusched.kernels.dispatch import pick
 from gpusched.model.pod import GpuKind, PodInfo
+from gpusched.plugins.helper.row_cache import RowCache
 
 gpu_summary = pick(gpu_summary_nb, gpu_summary_np)
 
@@ -59,7 +59,7 @@ GPU_SUMMARY: StateKey[GpuSummary] = StateKey("GPUFit/summary")
 CARD_HINT: StateKey[NDArray[np.int16]] = StateKey("GPUFit/card-hint")
 
 
-def gpu_request(snap: Snapshot, pod: PodInfo) -> GpuRequest | None:
+def gpu_request(snap: NodeColumns, pod: PodInfo) -> GpuRequest | None:
     req = pod.request
     if req.kind is GpuKind.NONE:
         return None
@@ -72,7 +72,7 @@ def gpu_request(snap: Snapshot, pod: PodInfo) -> GpuRequest | None:
     )
 
 
-def compute_summary(snap: Snapshot, request: GpuRequest, candidates: Mask) -> GpuSummary:
+def compute_summary(snap: NodeColumns, request: GpuRequest, candidates: Mask) -> GpuSummary:
     out = GpuSummary.empty(snap.capacity)
     out.fitting = gpu_summary(
         snap.card_free_milli,
@@ -102,7 +102,9 @@ class SummaryCache(RowCache[GpuSummary]):
     """The gpu_summary of recent request shapes, brought up to date incrementally
     (RowCache): the per-pod cost of the GPU filter follows churn, not cluster size."""
 
-    def summary(self, snap: Snapshot, request: GpuRequest, models: tuple[str, ...]) -> GpuSummary:
+    def summary(
+        self, snap: NodeColumns, request: GpuRequest, models: tuple[str, ...]
+    ) -> GpuSummary:
         shape = (
             request.cards,
             request.milli,
@@ -120,7 +122,7 @@ class SummaryCache(RowCache[GpuSummary]):
 
 
 def _recompute_rows(
-    snap: Snapshot, request: GpuRequest, summary: GpuSummary, rows: NDArray[np.intp]
+    snap: NodeColumns, request: GpuRequest, summary: GpuSummary, rows: NDArray[np.intp]
 ) -> None:
     part = GpuSummary.empty(len(rows))
     gpu_summary(
@@ -168,7 +170,7 @@ def restrict(summary: GpuSummary, candidates: Mask) -> GpuSummary:
 
 
 def summary_for(
-    state: CycleState, snap: Snapshot, pod: PodInfo
+    state: CycleState, snap: NodeColumns, pod: PodInfo
 ) -> tuple[GpuRequest | None, GpuSummary | None]:
     """The pod's request and summary: from GPUFit's Filter when it ran, else computed here
     over every valid row (a profile may score GPUs without filtering them)."""

@@ -1,0 +1,76 @@
+"""Whether a configuration's profiles can run: build each one's Framework, with no cluster.
+
+The loader (gpusched/config) checks everything it can without constructing plugins; this
+goes one step further, as `gpusched check-config` and start-up need: the Framework refuses
+a profile it cannot run, and a plugin constructor may reject its args.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+import numpy as np
+
+from gpusched.config import ConfigError, SchedulerConfig
+from gpusched.config.args import ErrorList
+from gpusched.core.runtime.framework import Framework
+from gpusched.framework.interfaces import ClusterPort, Handle, Rows
+from gpusched.framework.registry import Registry
+from gpusched.framework.snapshot import NodeColumns
+from gpusched.framework.status import Code, Status
+from gpusched.model.pod import PodInfo
+
+__all__ = ["validate_profiles"]
+
+
+class _StubCluster:
+    """A cluster port that refuses every write: check-config never touches a cluster."""
+
+    async def annotate(self, pod: PodInfo, annotations: Mapping[str, str]) -> Status:
+        return Status(Code.ERROR, ("check-config: no cluster",))
+
+    async def bind(self, pod: PodInfo, node: str) -> Status:
+        return Status(Code.ERROR, ("check-config: no cluster",))
+
+
+class _StubHandle:
+    """Lets plugins be constructed without a cluster: an empty snapshot, a clock at zero."""
+
+    def __init__(self, max_cards: int) -> None:
+        self._cluster = _StubCluster()
+        self._snapshot = NodeColumns(max_cards, capacity=1)
+
+    @property
+    def cluster(self) -> ClusterPort:
+        return self._cluster
+
+    @property
+    def snapshot(self) -> NodeColumns:
+        return self._snapshot
+
+    def now(self) -> float:
+        return 0.0
+
+    def pods_on_node(self, node: str) -> Iterable[PodInfo]:
+        return ()
+
+    def job_rows(self, job_id: str) -> Rows:
+        return np.empty(0, np.intp)
+
+
+def validate_profiles(config: SchedulerConfig, registry: Registry) -> None:
+    """Build every profile's Framework (with a stub handle) and raise what it refuses,
+    including plugin constructors that reject their args."""
+    errs = ErrorList()
+    handle: Handle = _StubHandle(config.max_cards_per_node)
+    for i, profile in enumerate(config.profiles):
+        try:
+            Framework(profile, registry, handle)
+        except ConfigError as exc:
+            errs.extend(exc)
+        except Exception as exc:  # a plugin constructor's failure is a config problem too
+            errs.add(
+                f"profiles[{i}]",
+                f"building profile {profile.scheduler_name!r} failed: {exc!r}",
+            )
+    errs.raise_if_any()
