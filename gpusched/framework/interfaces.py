@@ -103,24 +103,42 @@ class Handle(Protocol):
 
 
 class Plugin(Protocol):
+    """Every plugin: a class-level `name` (the configuration's key), built once per profile
+    as `cls(args, handle)` with its typed args. An exception raised by any method below is
+    turned by the runtime into an Error status for that pod's attempt (requeued with
+    backoff); a plugin never raises to say a pod does not fit: it returns a Status."""
+
     name: ClassVar[str]
 
 
 @runtime_checkable
 class QueueSortPlugin(Plugin, Protocol):
-    def less(self, a: PodInfo, b: PodInfo) -> bool: ...
+    def less(self, a: PodInfo, b: PodInfo) -> bool:
+        """Whether `a` is popped before `b`: a strict weak order (exactly one per
+        configuration; every profile must use the same one, since one queue orders all)."""
+        ...
 
 
 @runtime_checkable
 class PreFilterPlugin(Plugin, Protocol):
     def pre_filter(
         self, state: CycleState, pod: PodInfo
-    ) -> tuple[PreFilterResult | None, Status]: ...
+    ) -> tuple[PreFilterResult | None, Status]:
+        """Once per attempt, before any Filter. Success (optionally narrowing the rows the
+        pod may go to: the runtime intersects every plugin's rows), Skip (this plugin's
+        Filter is not called for the pod), Unschedulable or UnschedulableAndUnresolvable
+        (the attempt ends; the message becomes "0/N nodes are available: ..."), Error."""
+        ...
 
 
 @runtime_checkable
 class FilterPlugin(Plugin, Protocol):
-    def filter(self, state: CycleState, pod: PodInfo, candidates: Mask) -> FilterResult: ...
+    def filter(self, state: CycleState, pod: PodInfo, candidates: Mask) -> FilterResult:
+        """The candidate rows that pass, over the whole snapshot at once; must not write
+        into `candidates`. Each rejected row's reason counts towards the pod's
+        FailedScheduling message, and the plugin's name towards the requeue hint (which
+        cluster events may make the pod schedulable)."""
+        ...
 
 
 @runtime_checkable
@@ -128,19 +146,27 @@ class PostFilterPlugin(Plugin, Protocol):
     def post_filter(
         self, state: CycleState, pod: PodInfo, diagnosis: Diagnosis
     ) -> tuple[str | None, Status]:
-        """Try to make the pod schedulable (preemption); returns a nominated node."""
+        """Runs only when no node passed Filter: try to make the pod schedulable
+        (preemption). Success with a nominated node; Unschedulable (the next plugin tries);
+        Error ends the attempt. The pod is requeued in every case: the nominated node is
+        where it goes once the victims are gone."""
         ...
 
 
 @runtime_checkable
 class PreScorePlugin(Plugin, Protocol):
-    def pre_score(self, state: CycleState, pod: PodInfo, rows: Rows) -> Status: ...
+    def pre_score(self, state: CycleState, pod: PodInfo, rows: Rows) -> Status:
+        """Once per attempt over the feasible rows, before Score: Success, Skip (this
+        plugin's Score is not called), Error (the attempt ends)."""
+        ...
 
 
 @runtime_checkable
 class ScorePlugin(Plugin, Protocol):
     def score(self, state: CycleState, pod: PodInfo, rows: Rows) -> Scores:
-        """Raw scores for `rows`; in [0, 100] unless the plugin also normalises."""
+        """Raw scores, one per row of `rows` (the feasible rows), higher is better; in
+        [0, 100] unless the plugin also normalises. A wrong length, NaN or a value out of
+        range after normalising is an Error for the attempt."""
         ...
 
 
@@ -153,33 +179,58 @@ class NormalizeScorePlugin(Plugin, Protocol):
 
 @runtime_checkable
 class ReservePlugin(Plugin, Protocol):
-    def reserve(self, state: CycleState, pod: PodInfo, node: str) -> Status: ...
+    def reserve(self, state: CycleState, pod: PodInfo, node: str) -> Status:
+        """Claim what the pod gets on the chosen node. Unlike kube-scheduler, Reserve runs
+        BEFORE the pod is assumed in the cache: the GPU plugin chooses the cards here and
+        writes them to the cycle state (ALLOCATION), and the cache assumes the pod with
+        exactly those cards. A GPU pod that reaches assume without an ALLOCATION is an
+        Error, never assumed card-less. Non-success: the plugins reserved so far are
+        unreserved in reverse order and the attempt ends."""
+        ...
 
-    def unreserve(self, state: CycleState, pod: PodInfo, node: str) -> None: ...
+    def unreserve(self, state: CycleState, pod: PodInfo, node: str) -> None:
+        """Undo `reserve`. Called on every failure after Reserve (a later Reserve plugin,
+        Permit, the wait at Permit, PreBind, Bind, a cancelled binding), in reverse plugin
+        order, also for a plugin whose own Reserve failed. Must be idempotent and must not
+        raise (a raise is logged and the other plugins still run)."""
+        ...
 
 
 @runtime_checkable
 class PermitPlugin(Plugin, Protocol):
     def permit(self, state: CycleState, pod: PodInfo, node: str) -> tuple[Status, float]:
-        """Success, Unschedulable, or Wait with a timeout in seconds."""
+        """After the pod is assumed. Success; Wait with a timeout in seconds (the pod is
+        parked: its binding cycle waits until every waiting plugin allows it, one
+        rejects it, or the earliest timeout passes, each an Unschedulable); Unschedulable
+        or Error (the placement is undone). A plugin allows or rejects parked pods through
+        the runtime's waiting pods, e.g. when a gang is complete."""
         ...
 
 
 @runtime_checkable
 class PreBindPlugin(Plugin, Protocol):
-    async def pre_bind(self, state: CycleState, pod: PodInfo, node: str) -> Status: ...
+    async def pre_bind(self, state: CycleState, pod: PodInfo, node: str) -> Status:
+        """In the binding cycle (may await the API): prepare what the pod needs before it
+        is bound. Non-success undoes the placement; Unschedulable parks the pod, Error
+        backs it off; a Status whose error is a final ClusterWriteError (the pod is gone
+        or bound elsewhere) ends the attempt without a retry."""
+        ...
 
 
 @runtime_checkable
 class BindPlugin(Plugin, Protocol):
     async def bind(self, state: CycleState, pod: PodInfo, node: str) -> Status:
-        """Skip hands the pod to the next Bind plugin."""
+        """Bind the pod to the node (the Binding subresource). Skip hands the pod to the
+        next Bind plugin; failures as for PreBind."""
         ...
 
 
 @runtime_checkable
 class PostBindPlugin(Plugin, Protocol):
-    async def post_bind(self, state: CycleState, pod: PodInfo, node: str) -> None: ...
+    async def post_bind(self, state: CycleState, pod: PodInfo, node: str) -> None:
+        """Informational, after a successful Bind; cannot fail the pod (a raise is
+        logged)."""
+        ...
 
 
 class Diagnosis:
