@@ -14,7 +14,8 @@ from typing import Any
 from gpusched.config import API_VERSION, KIND, load_config
 from gpusched.daemon import Daemon, DaemonOptions
 from gpusched.devcluster import NodeSpec, node_object
-from gpusched.kube import JSON, ApiError, Kube, create_nodes
+from gpusched.devcluster.demo import wait_settled
+from gpusched.kube import JSON, ApiError, Kube, create_nodes, pod_path
 from gpusched.observability.logging import make_logger
 from gpusched.plugins import default_registry
 
@@ -163,3 +164,30 @@ async def events_for(kube: Kube, namespace: str, name: str, reason: str) -> list
     )
     items: list[JSON] = listing.get("items", [])
     return items
+
+
+def pool_name() -> str:
+    """A fresh pool name (a label value and a node-name prefix)."""
+    return f"p{secrets.token_hex(3)}"
+
+
+async def create_pods(kube: Kube, namespace: str, pods: list[JSON]) -> None:
+    """POST the pods, 16 at a time."""
+    sem = asyncio.Semaphore(16)
+
+    async def one(pod: JSON) -> None:
+        async with sem:
+            await kube.post(pod_path(namespace), pod)
+
+    await asyncio.gather(*(one(p) for p in pods))
+
+
+async def until_bound(kube: Kube, namespace: str, names: list[str], count: int) -> dict[str, JSON]:
+    """Watch until `count` of the pods are bound."""
+    return await wait_settled(
+        kube,
+        namespace,
+        names,
+        until=lambda pods: sum(bool(p["spec"].get("nodeName")) for p in pods.values()) >= count,
+        timeout=60,
+    )

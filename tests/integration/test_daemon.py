@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import io
-import secrets
 
 import orjson
 import pytest
@@ -26,19 +25,18 @@ from gpusched.devcluster.testkit import wait_pod_scheduled
 from gpusched.kube import JSON, Kube, pod_path, wait_for_deletion
 from gpusched.model import keys
 from tests.integration.daemon_support import (
+    create_pods,
     events_for,
     node_pool,
     placement,
+    pool_name,
     pool_node,
     pool_specs,
     running_daemon,
+    until_bound,
 )
 
 pytestmark = pytest.mark.integration
-
-
-def _pool() -> str:
-    return f"p{secrets.token_hex(3)}"
 
 
 def _decisions(stream: io.StringIO) -> list[JSON]:
@@ -50,25 +48,15 @@ def _decisions(stream: io.StringIO) -> list[JSON]:
     return out
 
 
-async def _create(kube: Kube, namespace: str, pods: list[JSON]) -> None:
-    sem = asyncio.Semaphore(16)
-
-    async def one(pod: JSON) -> None:
-        async with sem:
-            await kube.post(pod_path(namespace), pod)
-
-    await asyncio.gather(*(one(p) for p in pods))
-
-
 async def test_200_mixed_pods_on_50_gpu_nodes(
     cluster: LocalCluster, kube: Kube, namespace: str
 ) -> None:
-    pool = _pool()
+    pool = pool_name()
     nodes = [pool_node(s, pool) for s in pool_specs(pool, 50)]
     stream = io.StringIO()
     async with node_pool(kube, nodes) as cards, running_daemon(cluster.kubeconfig, stream):
         pods = mixed_workload(200, seed=11, **placement(pool))
-        await _create(kube, namespace, pods)
+        await create_pods(kube, namespace, pods)
         final = await wait_settled(
             kube, namespace, [p["metadata"]["name"] for p in pods], timeout=120
         )
@@ -134,7 +122,7 @@ async def test_200_mixed_pods_on_50_gpu_nodes(
 async def test_default_scheduler_pods_are_left_alone_and_counted(
     cluster: LocalCluster, kube: Kube, namespace: str
 ) -> None:
-    pool = _pool()
+    pool = pool_name()
     specs = pool_specs(pool, 2, shapes=((8, "A100M80", 96_000, 1_048_576, 8),))
     nodes = [pool_node(s, pool) for s in specs]
     # A node whose inventory annotation is broken: used through the GFD fallback and
@@ -155,7 +143,7 @@ async def test_default_scheduler_pods_are_left_alone_and_counted(
         bound = await wait_pod_scheduled(kube, namespace, "theirs")
         assert bound["spec"]["nodeName"] == first
         # Ours must not get the cards the default scheduler's pod holds.
-        await _create(
+        await create_pods(
             kube,
             namespace,
             [
@@ -190,7 +178,7 @@ async def test_default_scheduler_pods_are_left_alone_and_counted(
 async def test_pod_deleted_while_being_bound_leaks_nothing(
     cluster: LocalCluster, kube: Kube, namespace: str
 ) -> None:
-    pool = _pool()
+    pool = pool_name()
     spec = pool_specs(pool, 1)[0]
     stream = io.StringIO()
     where = placement(pool)
@@ -231,21 +219,21 @@ async def test_pod_deleted_while_being_bound_leaks_nothing(
 async def test_node_deleted_under_pending_pods(
     cluster: LocalCluster, kube: Kube, namespace: str
 ) -> None:
-    pool = _pool()
+    pool = pool_name()
     small = ((2, "T4", 32_000, 131_072, 0),)
     first, second = (pool_node(s, pool) for s in pool_specs(pool, 2, shapes=small))
     stream = io.StringIO()
     where = placement(pool)
     async with node_pool(kube, [first]), running_daemon(cluster.kubeconfig, stream) as daemon:
         names = ["a", "b", "c"]
-        await _create(kube, namespace, [demo_pod(n, gpus=2, **where) for n in names])
+        await create_pods(kube, namespace, [demo_pod(n, gpus=2, **where) for n in names])
         state = await wait_settled(kube, namespace, names)
         assert sum(bool(p["spec"].get("nodeName")) for p in state.values()) == 1
         await kube.delete(f"/api/v1/nodes/{first['metadata']['name']}")
         await wait_for_deletion(kube, "/api/v1/nodes", first["metadata"]["name"])
         async with node_pool(kube, [second]):
             # A new node is a cluster event: one pending pod moves there at once.
-            state = await _until_bound(kube, namespace, names, 2)
+            state = await until_bound(kube, namespace, names, 2)
             on_second = [
                 n
                 for n, p in state.items()
@@ -258,21 +246,10 @@ async def test_node_deleted_under_pending_pods(
             assert daemon.cache.snapshot.row_of(first["metadata"]["name"]) < 0
 
 
-async def _until_bound(kube: Kube, namespace: str, names: list[str], count: int) -> dict[str, JSON]:
-    """Watch until `count` of the pods are bound."""
-    return await wait_settled(
-        kube,
-        namespace,
-        names,
-        until=lambda pods: sum(bool(p["spec"].get("nodeName")) for p in pods.values()) >= count,
-        timeout=60,
-    )
-
-
 async def test_sigterm_finishes_bindings_in_flight(
     cluster: LocalCluster, kube: Kube, namespace: str
 ) -> None:
-    pool = _pool()
+    pool = pool_name()
     spec = pool_specs(pool, 1)[0]
     stream = io.StringIO()
     where = placement(pool)

@@ -22,6 +22,7 @@ from tests.integration.daemon_support import (
     daemon_settings,
     node_pool,
     placement,
+    pool_name,
     pool_node,
     pool_specs,
     running_daemon,
@@ -60,7 +61,7 @@ async def _first_to_lead(a: Daemon, b: Daemon) -> tuple[Daemon, Daemon]:
 async def test_only_the_leader_schedules_and_a_released_lease_passes_at_once(
     cluster: LocalCluster, kube: Kube, namespace: str
 ) -> None:
-    pool = f"p{secrets.token_hex(3)}"
+    pool = pool_name()
     spec = pool_specs(pool, 1)[0]
     where = placement(pool)
     settings = daemon_settings()  # one private Lease, shared by both daemons

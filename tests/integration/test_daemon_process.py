@@ -16,13 +16,15 @@ from gpusched.devcluster import LocalCluster
 from gpusched.devcluster.demo import card_usage, cards_of, demo_pod, mixed_workload, read_decisions
 from gpusched.kube import Kube, pod_path
 from tests.integration.daemon_support import (
+    create_pods,
     node_pool,
     placement,
+    pool_name,
     pool_node,
     pool_specs,
     running_daemon,
+    until_bound,
 )
-from tests.integration.test_daemon import _create, _pool, _until_bound
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
@@ -51,7 +53,7 @@ async def _start(kubeconfig: Path, config: Path, log: Path) -> asyncio.subproces
 async def test_restart_in_the_middle_of_a_burst(
     cluster: LocalCluster, kube: Kube, namespace: str, tmp_path: Path
 ) -> None:
-    pool = _pool()
+    pool = pool_name()
     nodes = [pool_node(s, pool) for s in pool_specs(pool, 20)]
     config = tmp_path / "config.yaml"
     # A slow client makes the burst last long enough to kill the daemon in its middle.
@@ -70,14 +72,14 @@ async def test_restart_in_the_middle_of_a_burst(
     async with node_pool(kube, nodes) as cards:
         first = await _start(cluster.kubeconfig, config, logs[0])
         try:
-            await _create(kube, namespace, pods)
-            await _until_bound(kube, namespace, names, 20)
+            await create_pods(kube, namespace, pods)
+            await until_bound(kube, namespace, names, 20)
         finally:
             first.kill()  # SIGKILL: no chance to finish anything
             await first.wait()
         second = await _start(cluster.kubeconfig, config, logs[1])
         try:
-            final = await _until_bound(kube, namespace, names, len(names))
+            final = await until_bound(kube, namespace, names, len(names))
         finally:
             second.send_signal(signal.SIGTERM)
             rc = await asyncio.wait_for(second.wait(), 40)
@@ -131,7 +133,7 @@ async def test_pod_is_not_bound_twice_after_restart_even_if_annotated(
 ) -> None:
     """A daemon killed between PreBind and Bind leaves gpu-ids on an unbound pod; the next
     one must place it afresh (the stale annotation is overwritten, not trusted)."""
-    pool = _pool()
+    pool = pool_name()
     spec = pool_specs(pool, 1)[0]
     where = placement(pool)
     stale = demo_pod("stale", gpus=2, annotations={"gpusched.io/gpu-ids": "6,7"}, **where)
@@ -140,5 +142,5 @@ async def test_pod_is_not_bound_twice_after_restart_even_if_annotated(
         await kube.post(pod_path(namespace), demo_pod("fresh", gpus=6, **where))
 
         async with running_daemon(cluster.kubeconfig, io.StringIO()):
-            final = await _until_bound(kube, namespace, ["stale", "fresh"], 2)
+            final = await until_bound(kube, namespace, ["stale", "fresh"], 2)
     assert card_usage(final.values(), {spec.name: 8}) == []

@@ -6,11 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from gpusched.cli import build_parser, main
+from gpusched.cli import build_parser, check_config_main, main
+from gpusched.framework.registry import Registry
 from gpusched.sim.fgd_protocol import TIE_BREAKS
 from gpusched.sim.openb import POD_COLUMNS
 
 NODES = "sn,cpu_milli,memory_mib,gpu,model\nn-0,64000,262144,2,P100\n"
+
+
 PODS = ",".join(POD_COLUMNS) + "\np-0,1000,1024,1,500,,LS,Running,0,10,0\n"
 
 
@@ -36,9 +39,6 @@ def fails(argv: list[str], capsys: pytest.CaptureFixture[str], *expected: str) -
     for e in expected:
         assert e in text, text
     return text
-
-
-# -- check-config / run --config ---------------------------------------------------------------
 
 
 def test_check_config_on_a_file_that_is_not_utf8(
@@ -69,9 +69,6 @@ def test_run_config_path_without_yaml_suffix_is_read_as_a_file(
 def test_run_config_that_is_a_directory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     text = fails(["run", "--config", str(tmp_path)], capsys, str(tmp_path), "directory")
     assert "expected a mapping" not in text
-
-
-# -- run: the cluster connection --------------------------------------------------------------
 
 
 def test_run_with_a_missing_kubeconfig(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -129,9 +126,6 @@ def test_run_with_an_unreachable_server(tmp_path: Path, capsys: pytest.CaptureFi
 def test_run_with_a_bad_metrics_port(capsys: pytest.CaptureFixture[str]) -> None:
     fails(["run", "--metrics-port", "99999"], capsys, "--metrics-port")
     fails(["run", "--metrics-port", "-1"], capsys, "--metrics-port")
-
-
-# -- simulate -----------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("protocol", ["fgd", "replay"])
@@ -252,3 +246,48 @@ def test_tie_break_choices_are_the_protocols(capsys: pytest.CaptureFixture[str])
     for rule in TIE_BREAKS:
         assert parser.parse_args(["simulate", "--tie-break", rule]).tie_break == rule
     fails(["simulate", "--tie-break", "first"], capsys, "invalid choice", *TIE_BREAKS)
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+EXAMPLE = ROOT / "manifests" / "examples" / "scheduler-config.yaml"
+
+
+def test_check_config_main_ok(registry: Registry, capsys: pytest.CaptureFixture[str]) -> None:
+    assert check_config_main(str(EXAMPLE), registry) == 0
+    out = capsys.readouterr()
+    assert out.out == "OK: 2 profiles (ai-scheduler, least-allocated)\n"
+    assert out.err == ""
+
+
+def test_check_config_main_errors(
+    registry: Registry, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    f = tmp_path / "bad.yaml"
+    f.write_text(
+        "apiVersion: gpusched.io/v1alpha1\nkind: GpuSchedulerConfiguration\n"
+        "maxCardsPerNode: 99\nprofiles:\n- schedulerName: a\n  plugins:\n"
+        "    score: {enabled: [{name: Spread, weight: 0}]}\n"
+    )
+    assert check_config_main(str(f), registry) == 1
+    out = capsys.readouterr()
+    assert out.out == ""
+    assert out.err.splitlines() == [
+        f"{f}: 2 errors",
+        "  maxCardsPerNode: must be between 1 and 63, got 99",
+        "  profiles[0].plugins.score.enabled[Spread].weight:"
+        " must be a positive finite number, got 0",
+    ]
+
+
+def test_check_config_main_build_failure(
+    registry: Registry, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    f = tmp_path / "c.yaml"
+    f.write_text(
+        "apiVersion: gpusched.io/v1alpha1\nkind: GpuSchedulerConfiguration\n"
+        "profiles: [{schedulerName: a, plugins: {filter: {enabled: [{name: Broken}]}}}]\n"
+    )
+    assert check_config_main(str(f), registry) == 1
+    assert "Broken refuses to start" in capsys.readouterr().err

@@ -32,8 +32,9 @@ from gpusched.framework import (
 from gpusched.framework.registry import Registry
 from gpusched.framework.status import ClusterWriteError, Code
 from gpusched.model.pod import PodInfo
-from tests.unit.core.fakes import Binder, Sort, gpu_node, make_pod
-from tests.unit.fakes import FakeCluster
+from tests.builders import gpu_node, make_pod
+from tests.fake_plugins import Binder, Sort
+from tests.fakes import FakeCluster
 
 # PostFilter runs only when no node fits: its own test below.
 POINTS = ("PreFilter", "Filter", "PreScore", "Score", "Reserve", "Permit")

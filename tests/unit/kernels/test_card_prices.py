@@ -17,7 +17,7 @@ from gpusched.kernels.card_prices import (
     price_loss_nb,
     price_loss_np,
 )
-from tests.unit.kernels.test_fgd_kernels import _cluster
+from tests.builders import fgd_columns
 
 ITEMS = st.lists(
     st.tuples(st.integers(1, 12), st.integers(0, 4), st.floats(0.0, 1.0)), min_size=1, max_size=4
@@ -65,7 +65,7 @@ def _value(seed: int) -> np.ndarray:
 )
 @settings(max_examples=80, deadline=None)
 def test_price_loss_twins(seed: int, milli: int, price: float, cpu: int, per_card: float) -> None:
-    cl = _cluster(seed)
+    cl = fgd_columns(seed)
     value = _value(seed)
     value /= value[-1]
     allowed = np.array([True, seed % 3 != 0])

@@ -9,8 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpusched.kernels import choose_cards_nb, choose_cards_np, gpu_summary_np
-
-from ._clusters import ALL, Cluster, Request, clusters, node, requests, summarise
+from tests.builders import ALL, Cluster, Request, clusters, one_node_cluster, requests, summarise
 
 
 @st.composite
@@ -78,26 +77,26 @@ def test_choice_is_valid_and_agrees_with_summary(case: tuple[Cluster, Request]) 
 
 def test_whole_cards_keep_the_big_island() -> None:
     # Island 0 has 4 intact cards, island 1 has 2: a 2-card job takes island 1.
-    cl = node([1000] * 6, island=[0, 0, 0, 0, 1, 1])
+    cl = one_node_cluster([1000] * 6, island=[0, 0, 0, 0, 1, 1])
     for nvlink in (0, 1, 2):
         got = choose_cards_nb(*cl.cards(), 0, 2, 0, 0, ALL, nvlink)
         assert got.tolist() == [4, 5]
 
 
 def test_whole_cards_span_islands_only_when_allowed() -> None:
-    cl = node([1000, 1000, 500, 1000, 1000], island=[0, 0, 0, 1, 1])
+    cl = one_node_cluster([1000, 1000, 500, 1000, 1000], island=[0, 0, 0, 1, 1])
     assert choose_cards_nb(*cl.cards(), 0, 3, 0, 0, ALL, 1).tolist() == [0, 1, 3]
     assert choose_cards_nb(*cl.cards(), 0, 3, 0, 0, ALL, 2).size == 0
 
 
 def test_shared_pod_takes_the_tightest_card() -> None:
-    cl = node([1000, 600, 300, 250])
+    cl = one_node_cluster([1000, 600, 300, 250])
     assert choose_cards_nb(*cl.cards(), 0, 0, 250, 0, ALL, 0).tolist() == [3]
     assert choose_cards_nb(*cl.cards(), 0, 0, 500, 0, ALL, 0).tolist() == [1]
     assert choose_cards_nb(*cl.cards(), 0, 0, 700, 0, ALL, 0).tolist() == [0]
 
 
 def test_half_used_node_takes_a_half_share_but_no_whole_card() -> None:
-    cl = node([500, 500, 500, 500])
+    cl = one_node_cluster([500, 500, 500, 500])
     assert choose_cards_nb(*cl.cards(), 0, 1, 0, 0, ALL, 0).size == 0
     assert choose_cards_nb(*cl.cards(), 0, 0, 500, 0, ALL, 0).tolist() == [0]

@@ -7,8 +7,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpusched.kernels import choose_cards_nb, choose_cards_np, gpu_summary_nb, gpu_summary_np
-
-from ._clusters import ALL, Cluster, Request, build_cluster, clusters, node, requests, summarise
+from tests.builders import (
+    ALL,
+    Cluster,
+    Request,
+    build_cluster,
+    clusters,
+    one_node_cluster,
+    requests,
+    summarise,
+)
 
 SETTINGS = settings(max_examples=150, deadline=None)
 
@@ -71,18 +79,18 @@ def test_more_than_64_models_uses_the_gather_path() -> None:
 
 
 def test_80gb_whole_card_job_fits_where_intact_cards_exist() -> None:
-    cl = node([0, 500, 1000, 1000])
+    cl = one_node_cluster([0, 500, 1000, 1000])
     _, s = summarise(gpu_summary_nb, cl, Request(1, 0, 81920, ALL, 0))
     assert s.fit[0] and s.intact[0] == 2 and s.best_leftover[0] == 1
     assert s.usable[0] == 4 and s.free_milli_total[0] == 2500
     # The same job does not fit on 40 GB cards, intact or not.
-    small = node([1000, 1000], total_mem=40960)
+    small = one_node_cluster([1000, 1000], total_mem=40960)
     _, s = summarise(gpu_summary_nb, small, Request(1, 0, 81920, ALL, 0))
     assert not s.fit[0] and s.intact[0] == 0
 
 
 def test_half_used_node_refuses_whole_card_but_takes_half_share() -> None:
-    cl = node([500, 500, 500, 500])
+    cl = one_node_cluster([500, 500, 500, 500])
     _, s = summarise(gpu_summary_nb, cl, Request(1, 0, 0, ALL, 0))
     assert not s.fit[0] and s.intact[0] == 0
     _, s = summarise(gpu_summary_nb, cl, Request(0, 500, 0, ALL, 0))
@@ -92,18 +100,18 @@ def test_half_used_node_refuses_whole_card_but_takes_half_share() -> None:
 def test_shared_memory_request_raises_the_milli_need() -> None:
     # 20 GB of an 80 GB card is a quarter of it: 250 milli, so a 200-milli card is too small
     # even for a 100-milli pod, and the 400-milli card is the best fit (150 left).
-    cl = node([200, 400, 1000])
+    cl = one_node_cluster([200, 400, 1000])
     _, s = summarise(gpu_summary_nb, cl, Request(0, 100, 20480, ALL, 0))
     assert s.fit[0] and s.best_leftover[0] == 150 and s.best_is_partial[0]
 
 
 def test_nvlink_required_needs_one_known_island() -> None:
-    split = node([1000] * 4, island=[0, 0, 1, 1])
+    split = one_node_cluster([1000] * 4, island=[0, 0, 1, 1])
     _, s = summarise(gpu_summary_nb, split, Request(4, 0, 0, ALL, 2))
     assert not s.fit[0]
     _, s = summarise(gpu_summary_nb, split, Request(4, 0, 0, ALL, 1))
     assert s.fit[0]
-    unknown = node([1000] * 4, island=[-1] * 4)
+    unknown = one_node_cluster([1000] * 4, island=[-1] * 4)
     _, s = summarise(gpu_summary_nb, unknown, Request(2, 0, 0, ALL, 2))
     assert not s.fit[0]
     _, s = summarise(gpu_summary_nb, unknown, Request(2, 0, 0, ALL, 1))
@@ -111,7 +119,7 @@ def test_nvlink_required_needs_one_known_island() -> None:
 
 
 def test_disallowed_and_unhealthy_cards_do_not_count() -> None:
-    cl = node([1000, 1000, 1000])
+    cl = one_node_cluster([1000, 1000, 1000])
     cl.card_healthy[0, 0] = False
     _, s = summarise(gpu_summary_nb, cl, Request(3, 0, 0, ALL, 0))
     assert not s.fit[0] and s.intact[0] == 2 and s.usable[0] == 2
@@ -123,7 +131,7 @@ def test_over_allocated_card_counts_no_free_share() -> None:
     # The cache keeps pods the API bound beyond a card's share, so free_milli can go
     # negative; the 8-slot SWAR sum must neither borrow across lanes nor differ from the twin.
     for c in (8, 4):
-        cl = node([-200] + [1000] * (c - 1))
+        cl = one_node_cluster([-200] + [1000] * (c - 1))
         allowed = np.ones(1, dtype=np.bool_)
         for req in (Request(1, 0, 0, allowed, 0), Request(0, 300, 0, allowed, 0)):
             _, nb = summarise(gpu_summary_nb, cl, req)
@@ -135,7 +143,7 @@ def test_over_allocated_card_counts_no_free_share() -> None:
 
 def test_card_of_unknown_memory_serves_compute_shares_only() -> None:
     # A GFD node without the nvidia.com/gpu.memory label: card memory 0 (unknown).
-    cl = node([1000, 300], total_mem=0)
+    cl = one_node_cluster([1000, 300], total_mem=0)
     for kernel in (gpu_summary_nb, gpu_summary_np):
         _, s = summarise(kernel, cl, Request(0, 250, 0, ALL, 0))
         assert s.fit[0] and s.best_leftover[0] == 50 and s.best_is_partial[0]

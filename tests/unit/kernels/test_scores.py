@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import numpy as np
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -22,8 +21,18 @@ from gpusched.kernels import (
     thermal_score_nb,
     thermal_score_np,
 )
-
-from ._clusters import Cluster, Request, Summary, clusters, requests, summarise
+from tests.builders import (
+    Cluster,
+    Request,
+    Summary,
+    clusters,
+    col_bool,
+    col_i16,
+    col_i32,
+    requests,
+    score_one_node,
+    summarise,
+)
 
 Kernel = Callable[..., None]
 
@@ -92,68 +101,9 @@ def test_scores_equal_twins(
     both(thermal_score_nb, thermal_score_np, cl.node_valid, cl.node_temp, 60.0, 60.0)
 
 
-def one(kernel: Kernel, *args: object) -> float:
-    out = np.zeros(1)
-    kernel(np.ones(1, dtype=np.bool_), *args, out)
-    return float(out[0])
-
-
-def i16(v: int) -> np.ndarray:
-    return np.array([v], dtype=np.int16)
-
-
-def i32(v: int) -> np.ndarray:
-    return np.array([v], dtype=np.int32)
-
-
-def b(v: bool) -> np.ndarray:
-    return np.array([v], dtype=np.bool_)
-
-
-def test_frag_score_examples() -> None:
-    # Whole cards: filling all 4 intact cards is best, 1 of 8 is poor.
-    assert one(frag_score_nb, i16(4), i16(8), i32(0), b(False), 4) == 100.0
-    assert one(frag_score_nb, i16(8), i16(8), i32(7), b(False), 1) == 12.5
-    # Shared: a tight partial card beats tearing; tearing prefers nodes with few intact.
-    assert one(frag_score_nb, i16(8), i16(8), i32(0), b(True), 0) == 100.0
-    assert one(frag_score_nb, i16(8), i16(8), i32(500), b(True), 0) == 75.0
-    assert one(frag_score_nb, i16(8), i16(8), i32(750), b(False), 0) == 0.0
-    assert one(frag_score_nb, i16(2), i16(8), i32(750), b(False), 0) == 30.0
-
-
 def test_packing_and_best_fit_examples() -> None:
-    assert one(packing_score_nb, i16(8), b(False), 1) == 30.0
-    assert one(packing_score_nb, i16(1), b(False), 0) == 100.0
-    assert one(packing_score_nb, i16(3), b(True), 0) == 70.0
-    assert one(best_fit_score_nb, i16(8), i32(250), 0) == 75.0
-    assert one(best_fit_score_nb, i16(8), i32(2), 2) == 75.0
-
-
-def test_allocated_scores_follow_kube_scheduler() -> None:
-    # cpu: 4000 of 8000 used + 2000 asked -> least (8000-6000)*100//8000 = 25, most 75.
-    # mem: 0 of 1000 used + 500 -> least 50, most 50. gpu: 8 cards, 4000 free, 1000 asked
-    # -> requested 5000 of 8000: least 37, most 62. Weighted 1:1:2 -> (25+50+74)//4 = 37.
-    args = (
-        np.array([8000], dtype=np.int64),
-        np.array([4000], dtype=np.int64),
-        np.array([1000], dtype=np.int64),
-        np.array([1000], dtype=np.int64),
-        i16(8),
-        i32(4000),
-        2000,
-        500,
-        1000,
-    )
-    assert one(allocated_score_nb, *args, 1, 1, 2, False) == (25 + 50 + 2 * 37) // 4
-    assert one(allocated_score_nb, *args, 1, 1, 2, True) == (75 + 50 + 2 * 62) // 4
-    # Without a GPU request the GPU does not count (kube's extended-resource rule).
-    no_gpu = (*args[:-1], 0)
-    assert one(allocated_score_nb, *no_gpu, 1, 1, 2, False) == (25 + 50) // 2
-
-
-@pytest.mark.parametrize(
-    ("temp", "score"),
-    [(40.0, 100.0), (50.0, 100.0), (66.0, 50.0), (82.0, 0.0), (90.0, 0.0), (float("nan"), 50.0)],
-)
-def test_thermal_score(temp: float, score: float) -> None:
-    assert one(thermal_score_nb, np.array([temp], dtype=np.float32), 50.0, 82.0) == score
+    assert score_one_node(packing_score_nb, col_i16(8), col_bool(False), 1) == 30.0
+    assert score_one_node(packing_score_nb, col_i16(1), col_bool(False), 0) == 100.0
+    assert score_one_node(packing_score_nb, col_i16(3), col_bool(True), 0) == 70.0
+    assert score_one_node(best_fit_score_nb, col_i16(8), col_i32(250), 0) == 75.0
+    assert score_one_node(best_fit_score_nb, col_i16(8), col_i32(2), 2) == 75.0

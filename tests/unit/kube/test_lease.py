@@ -12,15 +12,7 @@ import pytest
 
 from gpusched.kube.client import ApiError
 from gpusched.kube.lease import LeaderElector, default_identity
-from tests.unit.kube.lease_fakes import (
-    PATH,
-    FakeClock,
-    FakeLeases,
-    elector,
-    other_holder,
-    renew_as_holder,
-    until,
-)
+from tests.fakes import PATH, FakeClock, FakeLeases, elector, other_holder, renew_as_holder, until
 
 # A guard against a hang, not a synchronisation: the fake sleep makes every run instant.
 GUARD = 5.0

@@ -1,17 +1,20 @@
-"""The reflector's event logic without a server: decode, bookmarks, 410, reconcile."""
+"""The reflector: store and version from events, relist on 410, reconnect backoff and
+malformed lines (Reflector.run against an in-memory API server)."""
 
 from __future__ import annotations
 
+import asyncio
+import random
 from typing import Any
 
 import orjson
 import pytest
 
-from gpusched.framework.status import ends_attempt as final
 from gpusched.kube.client import ApiError
 from gpusched.kube.watch import Backoff, EventType, GoneError, Reflector
-from gpusched.kube.writer import TokenBucket, WriteError, _failure
-from gpusched.model.pod import PodInfo, PodRequest, pod_from_k8s
+from gpusched.model.pod import PodInfo, pod_from_k8s
+from tests.builders import watch_line
+from tests.fakes import FakeKube
 
 
 def raw_pod(name: str, rv: str, node: str = "") -> dict[str, Any]:
@@ -19,10 +22,6 @@ def raw_pod(name: str, rv: str, node: str = "") -> dict[str, Any]:
         "metadata": {"name": name, "namespace": "ns", "uid": f"uid-{name}", "resourceVersion": rv},
         "spec": {"schedulerName": "ai-scheduler", "nodeName": node, "containers": []},
     }
-
-
-def line(kind: str, obj: dict[str, Any]) -> bytes:
-    return orjson.dumps({"type": kind, "object": obj})
 
 
 @pytest.fixture
@@ -41,11 +40,11 @@ def reflector(seen: list[tuple[EventType, str, str]]) -> Reflector[PodInfo]:
 def test_events_update_store_and_version(
     reflector: Reflector[PodInfo], seen: list[tuple[EventType, str, str]]
 ) -> None:
-    reflector._line(line("ADDED", raw_pod("a", "10")))
-    reflector._line(line("MODIFIED", raw_pod("a", "11", node="n1")))
-    reflector._line(line("BOOKMARK", {"metadata": {"resourceVersion": "15"}}))
+    reflector._line(watch_line("ADDED", raw_pod("a", "10")))
+    reflector._line(watch_line("MODIFIED", raw_pod("a", "11", node="n1")))
+    reflector._line(watch_line("BOOKMARK", {"metadata": {"resourceVersion": "15"}}))
     assert reflector.resource_version == "15"
-    reflector._line(line("DELETED", raw_pod("a", "16", node="n1")))
+    reflector._line(watch_line("DELETED", raw_pod("a", "16", node="n1")))
     assert seen == [
         (EventType.ADDED, "a", ""),
         (EventType.MODIFIED, "a", "n1"),
@@ -58,16 +57,16 @@ def test_events_update_store_and_version(
 
 def test_410_in_the_stream_asks_for_a_relist(reflector: Reflector[PodInfo]) -> None:
     with pytest.raises(GoneError):
-        reflector._line(line("ERROR", {"kind": "Status", "code": 410, "message": "too old"}))
+        reflector._line(watch_line("ERROR", {"kind": "Status", "code": 410, "message": "too old"}))
     with pytest.raises(ApiError):
-        reflector._line(line("ERROR", {"kind": "Status", "code": 500, "message": "boom"}))
+        reflector._line(watch_line("ERROR", {"kind": "Status", "code": 500, "message": "boom"}))
 
 
 def test_relist_reconciles_with_synthetic_events(
     reflector: Reflector[PodInfo], seen: list[tuple[EventType, str, str]]
 ) -> None:
     for name in ("keep", "change", "gone"):
-        reflector._line(line("ADDED", raw_pod(name, "1")))
+        reflector._line(watch_line("ADDED", raw_pod(name, "1")))
     seen.clear()
     fresh = {}
     for raw in (raw_pod("keep", "1"), raw_pod("change", "7", node="n2"), raw_pod("new", "8")):
@@ -102,9 +101,9 @@ def test_undecodable_objects_and_handler_bugs_do_not_stop_the_watch(
             raise RuntimeError("handler bug")
 
     r: Reflector[PodInfo] = Reflector(None, "/p", boom, handler)  # type: ignore[arg-type]
-    r._line(line("ADDED", raw_pod("bad", "1")))
-    r._line(line("ADDED", raw_pod("raises", "2")))
-    r._line(line("ADDED", raw_pod("fine", "3")))
+    r._line(watch_line("ADDED", raw_pod("bad", "1")))
+    r._line(watch_line("ADDED", raw_pod("raises", "2")))
+    r._line(watch_line("ADDED", raw_pod("fine", "3")))
     assert calls == ["raises", "fine"]
     assert r.stats.decode_errors == 1
     assert r.resource_version == "3"
@@ -119,29 +118,73 @@ def test_backoff_is_capped_and_jittered() -> None:
     assert b.next_delay() <= 0.5
 
 
-def _pod() -> PodInfo:
-    return PodInfo(uid="u", namespace="ns", name="p", request=PodRequest())
+@pytest.fixture
+def delays(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """Record the reconnect delays instead of sleeping them."""
+    out: list[float] = []
+    real_sleep = asyncio.sleep
+
+    async def fake_sleep(delay: float) -> None:
+        out.append(delay)
+        await real_sleep(0)
+
+    monkeypatch.setattr(asyncio, "sleep", fake_sleep)  # the module watch.py sleeps through
+    return out
 
 
-def test_write_failures_map_to_statuses() -> None:
-    gone = _failure("bind", _pod(), ApiError("POST", "/x", 404, "{}"))
-    assert final(gone) and "no longer exists" in gone.message()
-    bound = _failure("bind", _pod(), ApiError("POST", "/x", 409, "{}"))
-    assert final(bound)
-    denied = _failure("bind", _pod(), ApiError("POST", "/x", 403, "{}"))
-    assert not final(denied) and "manifests/rbac" in denied.message()
-    flaky = _failure("bind", _pod(), ApiError("POST", "/x", 503, "{}"))
-    assert not final(flaky) and isinstance(flaky.error, WriteError)
-    net = _failure("annotate", _pod(), OSError("connection reset"))
-    assert not final(net) and "will retry" in net.message()
+def _reflector(kube: FakeKube, seen: list[tuple[EventType, Any]] | None = None) -> Reflector[Any]:
+    def handler(kind: EventType, obj: Any) -> None:
+        if seen is not None:
+            seen.append((kind, obj))
+
+    return Reflector(
+        kube,  # type: ignore[arg-type]
+        "/api/v1/pods",
+        lambda raw: raw["metadata"]["name"],
+        handler,
+        backoff=Backoff(initial=0.5, maximum=30.0, rng=random.Random(0)),
+    )
 
 
-async def test_token_bucket_spends_the_burst_then_waits() -> None:
-    t = [0.0]
-    bucket = TokenBucket(qps=10, burst=3, clock=lambda: t[0])
-    for _ in range(3):
-        await bucket.acquire()
-    assert bucket.tokens == pytest.approx(0)
-    t[0] += 0.1  # one token refilled
-    await bucket.acquire()
-    assert bucket.tokens == pytest.approx(0)
+async def test_a_watch_the_server_closes_at_once_backs_off(delays: list[float]) -> None:
+    # client-go's reflector calls this a "very short watch" and backs off; without that the
+    # reflector re-watches in a hot loop against the API server.
+    kube = FakeKube(list, max_watches=6)
+    with pytest.raises(asyncio.CancelledError):
+        await _reflector(kube).run()
+    assert len(delays) == 6  # every watch failed
+    assert delays == sorted(delays)
+    assert delays[-1] >= 4.0  # 0.5 * 2**4 = 8, jittered to [4, 8]
+
+
+async def test_a_watch_that_fails_right_after_200_still_backs_off_exponentially(
+    delays: list[float],
+) -> None:
+    error = {"type": "ERROR", "object": {"kind": "Status", "code": 500, "message": "boom"}}
+    kube = FakeKube(lambda: [orjson.dumps(error) + b"\n"], max_watches=6)
+    with pytest.raises(asyncio.CancelledError):
+        await _reflector(kube).run()
+    assert len(delays) == 6
+    assert delays[-1] >= 4.0
+
+
+async def test_a_malformed_watch_line_does_not_kill_the_reflector(delays: list[float]) -> None:
+    good = {
+        "type": "ADDED",
+        "object": {"metadata": {"name": "a", "uid": "u-a", "resourceVersion": "9"}},
+    }
+    bodies = iter(
+        [
+            [b"[1, 2]\n"],
+            [b'{"type": "ADDED", "object": "not an object"}\n'],
+            [b'{"type": "ADDED", "object": {"metadata": []}}\n'],
+            [orjson.dumps(good) + b"\n"],
+        ]
+    )
+    seen: list[tuple[EventType, Any]] = []
+    kube = FakeKube(lambda: next(bodies, []), max_watches=4)
+    reflector = _reflector(kube, seen)
+    with pytest.raises(asyncio.CancelledError):
+        await reflector.run()
+    assert seen == [(EventType.ADDED, "a")]
+    assert reflector.resource_version == "9"

@@ -6,11 +6,9 @@ from __future__ import annotations
 import asyncio
 import copy
 import io
-from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import numpy as np
-import orjson
 import pytest
 
 from gpusched.config import builtin_profile, default_config
@@ -21,14 +19,15 @@ from gpusched.devcluster.nodes import NodeSpec, node_object
 from gpusched.framework import CycleState, Status
 from gpusched.framework.registry import Registry
 from gpusched.framework.status import Code
-from gpusched.kube.writer import ObjectRef
 from gpusched.model import keys
 from gpusched.model.node import node_from_k8s
 from gpusched.model.pod import PodInfo, pod_from_k8s
 from gpusched.observability.logging import make_logger
 from gpusched.plugins import default_registry
 from gpusched.sim.engine import Simulation
-from tests.unit.core.fakes import Binder, Sort, gpu_node, make_pod
+from tests.builders import gpu_node, make_pod, watch_line
+from tests.fake_plugins import Binder, Sort
+from tests.fakes import RecordingWriter
 
 SPECS = [
     NodeSpec("a100-0", 8, "A100M80", 64_000, 512 * 1024, "r0", "s0", 8),
@@ -82,35 +81,6 @@ def raw_pod(i: int, rng: np.random.Generator) -> dict[str, Any]:
     }
 
 
-def line(kind: str, obj: dict[str, Any]) -> bytes:
-    return orjson.dumps({"type": kind, "object": obj})
-
-
-class RecordingWriter:
-    """The daemon's ClusterPort and reporting calls, answering at once like the API would."""
-
-    def __init__(self) -> None:
-        self.annotations: dict[str, dict[str, str]] = {}
-        self.binds: dict[str, str] = {}
-
-    async def annotate(self, pod: PodInfo, annotations: Mapping[str, str]) -> Status:
-        self.annotations.setdefault(pod.uid, {}).update(annotations)
-        return Status()
-
-    async def bind(self, pod: PodInfo, node: str) -> Status:
-        self.binds[pod.uid] = node
-        return Status()
-
-    async def event(self, ref: ObjectRef, *args: Any, **kw: Any) -> None:
-        return None
-
-    async def pod_condition(self, pod: PodInfo, reason: str, message: str) -> None:
-        return None
-
-    def forget(self, uid: str) -> None:
-        return None
-
-
 async def test_the_daemon_and_the_simulator_place_one_pod_stream_identically() -> None:
     """Same nodes, same pods, same profile: the daemon (watch events in, Binding out) and the
     simulator give every pod the same node and cards, and drop the same pods. The pods
@@ -129,7 +99,7 @@ async def test_the_daemon_and_the_simulator_place_one_pod_stream_identically() -
     d.handle._cluster = writer
     nodes = raw_nodes()
     for raw in nodes:
-        d.node_watch._line(line("ADDED", raw))
+        d.node_watch._line(watch_line("ADDED", raw))
     sim = Simulation(
         [node_from_k8s(raw, config.topology_keys) for raw in nodes],
         builtin_profile("ai-scheduler", registry),
@@ -142,7 +112,7 @@ async def test_the_daemon_and_the_simulator_place_one_pod_stream_identically() -
         raw = raw_pod(i, rng)
         uid = raw["metadata"]["uid"]
         # The daemon: the watch delivers the pod, the loop attempts it, the binding task runs.
-        d.pod_watch._line(line("ADDED", raw))
+        d.pod_watch._line(watch_line("ADDED", raw))
         info = d.queue.pop_nowait()
         assert info is not None and d.queue.pop_nowait() is None
         d._attempt(info)
@@ -152,11 +122,11 @@ async def test_the_daemon_and_the_simulator_place_one_pod_stream_identically() -
             bound["spec"]["nodeName"] = writer.binds[uid]
             bound["metadata"]["annotations"].update(writer.annotations.get(uid, {}))
             bound["metadata"]["resourceVersion"] = str(1000 + i)
-            d.pod_watch._line(line("MODIFIED", bound))  # the API's answer to the Binding
+            d.pod_watch._line(watch_line("MODIFIED", bound))  # the API's answer to the Binding
             ids = bound["metadata"]["annotations"].get(keys.GPU_IDS, "")
             placed_daemon.append((writer.binds[uid], ids))
         else:
-            d.pod_watch._line(line("DELETED", raw))
+            d.pod_watch._line(watch_line("DELETED", raw))
             placed_daemon.append(("", ""))
         # The simulator: the same pod, parsed the same way.
         decision = sim.submit(pod_from_k8s(raw))

@@ -17,36 +17,17 @@ from gpusched.sim.fgd_protocol import (
     PolicyResult,
     SeedRun,
     Stat,
-    Trace,
     discrete_curve,
     load_trace,
     parse_policies,
     parse_seeds,
     run_seed,
 )
-from gpusched.sim.openb import POD_COLUMNS, TraceNode, TracePod
-from tests.unit.sim.openb_dir import require_openb
+from gpusched.sim.openb import POD_COLUMNS
+from tests.builders import TINY_NODES, tiny_pods, tiny_trace
+from tests.traces import require_openb
 
-NODES = (
-    TraceNode("n-0", 64000, 262144, 2, "P100"),
-    TraceNode("n-1", 96000, 786432, 8, "G2"),
-    TraceNode("n-2", 32000, 131072, 4, "T4"),
-    TraceNode("n-3", 96000, 786432, 8, "G2"),
-)
-
-
-def _pods() -> tuple[TracePod, ...]:
-    rng = np.random.default_rng(7)
-    out = []
-    shapes = [(4000, 1, 250, ""), (8000, 1, 500, ""), (12000, 1, 1000, ""), (24000, 2, 1000, "")]
-    shapes += [(3000, 0, 0, ""), (6000, 1, 300, "T4"), (16000, 4, 1000, "G2")]
-    for i in range(40):
-        cpu, n, milli, spec = shapes[int(rng.integers(len(shapes)))]
-        out.append(TracePod(f"p-{i:03d}", cpu, 4096, n, milli, spec))
-    return tuple(out)
-
-
-TRACE = Trace("tiny", NODES, _pods())
+TRACE = tiny_trace()
 REG = default_registry()
 POLICIES = ("FGD", "BestFit", "GpuPacking", "GpuClustering", "DotProduct", "Random", "ai-scheduler")
 
@@ -55,7 +36,7 @@ POLICIES = ("FGD", "BestFit", "GpuPacking", "GpuClustering", "DotProduct", "Rand
 def test_invariants(policy: str) -> None:
     run = run_seed(TRACE, policy, 42, REG, keep_placements=True)
     assert run.errors == 0
-    cap = sum(n.gpu for n in NODES) * 1000
+    cap = sum(n.gpu for n in TINY_NODES) * 1000
     assert run.capacity == cap
     per_card: dict[tuple[str, int], int] = defaultdict(int)
     used = 0
@@ -86,7 +67,7 @@ def test_model_constraint_respected() -> None:
     for p in run.placements:
         src = by_name[p.pod.split("-tuned-")[0]]
         if p.node and src.gpu_spec and src.num_gpu:
-            model = next(n.model for n in NODES if n.sn == p.node)
+            model = next(n.model for n in TINY_NODES if n.sn == p.node)
             assert model in src.gpu_spec.split("|")
 
 
@@ -140,7 +121,7 @@ def test_config_profiles_are_measured_as_policies(
 
     (tmp_path / "openb_node_list_gpu_node.csv").write_text(
         "sn,cpu_milli,memory_mib,gpu,model\n"
-        + "".join(f"{n.sn},{n.cpu_milli},{n.memory_mib},{n.gpu},{n.model}\n" for n in NODES)
+        + "".join(f"{n.sn},{n.cpu_milli},{n.memory_mib},{n.gpu},{n.model}\n" for n in TINY_NODES)
     )
     (tmp_path / "openb_pod_list_tiny.csv").write_text(
         ",".join(POD_COLUMNS)
@@ -148,7 +129,7 @@ def test_config_profiles_are_measured_as_policies(
         + "".join(
             f"{p.name},{p.cpu_milli},{p.memory_mib},{p.num_gpu},{p.gpu_milli},{p.gpu_spec},"
             "LS,Running,0,10,0\n"
-            for p in _pods()
+            for p in tiny_pods()
         )
     )
     config = tmp_path / "mine.yaml"

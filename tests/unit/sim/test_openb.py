@@ -17,7 +17,7 @@ from gpusched.sim.openb import (
     load_nodes,
     load_pods,
 )
-from tests.unit.sim.openb_dir import require_openb
+from tests.traces import require_openb
 
 NODES_CSV = """sn,cpu_milli,memory_mib,gpu,model
 n-0,64000,262144,2,P100

@@ -20,8 +20,9 @@ from gpusched.sim.packing_bound import (
     main,
     seed_bound,
 )
-from tests.unit.sim.test_fgd_protocol import TRACE
+from tests.builders import tiny_trace
 
+TRACE = tiny_trace()
 SIZES = st.sampled_from([50, 110, 160, 230, 320, 400, 470, 500, 650, 810])
 
 

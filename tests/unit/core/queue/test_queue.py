@@ -7,19 +7,12 @@ import dataclasses
 
 import pytest
 
-from gpusched.core.queue import ClusterEvent, SchedulingQueue, backoff_duration, may_help
+from gpusched.core.queue import ClusterEvent, SchedulingQueue, may_help
 from gpusched.core.queue.queue import ACTIVE, BACKOFF, INFLIGHT, UNSCHEDULABLE
 from gpusched.framework.status import INVALID_POD as POD_SPEC
 from gpusched.model.pod import PodInfo, PodRequest
 from gpusched.plugins.priority_sort import PrioritySort
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.t = 1000.0
-
-    def __call__(self) -> float:
-        return self.t
+from tests.fakes import Clock
 
 
 def pod(name: str, *, priority: int = 0, created: float = 0.0) -> PodInfo:
@@ -42,11 +35,6 @@ def clock() -> Clock:
 def queue(clock: Clock) -> SchedulingQueue:
     less = PrioritySort(None, None).less
     return SchedulingQueue(less, clock, initial_backoff=1.0, max_backoff=10.0)
-
-
-def test_backoff_doubles_to_the_cap() -> None:
-    assert [backoff_duration(n, 1.0, 10.0) for n in range(6)] == [0, 1, 2, 4, 8, 10]
-    assert backoff_duration(10_000, 1.0, 10.0) == 10.0
 
 
 def test_pop_follows_queue_sort(queue: SchedulingQueue) -> None:

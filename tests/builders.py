@@ -1,0 +1,520 @@
+"""Builders for the data the tests share: nodes, pods, snapshots, simulations and the kernels'
+array clusters. Pure constructors with defaults the tests rely on; no fakes of ports here
+(those live in tests/fakes.py), see tests/README.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import orjson
+import pytest
+from hypothesis import strategies as st
+
+from gpusched.config import API_VERSION, KIND, builtin_profile, builtin_profiles, config_from_dict
+from gpusched.config.profile import ConfigError
+from gpusched.core.cache.cache import ClusterCache
+from gpusched.core.cache.snapshot import Snapshot
+from gpusched.framework import FilterResult, Mask, Rows
+from gpusched.framework.registry import Registry
+from gpusched.model.node import Card, NodeModel, Taint
+from gpusched.model.pod import PodInfo, PodRequest
+from gpusched.plugins import default_registry
+from gpusched.plugins.node_resources_fit import (
+    NodeResourcesFitArgs,
+    RequestedToCapacityRatioParam,
+    ResourceSpec,
+    ScoringStrategy,
+    UtilizationShapePoint,
+)
+from gpusched.sim.engine import Simulation
+from gpusched.sim.fgd_protocol import Trace
+from gpusched.sim.openb import TraceNode, TracePod
+
+GiB = 2**30
+MiB = 2**20
+RACK_LABEL = "topology.gpusched.io/rack"
+
+# --- nodes -------------------------------------------------------------------------------
+
+
+def gpu_node(
+    name: str,
+    cards: int = 8,
+    mem: int = 81920,
+    model: str = "A100",
+    island: int = 4,
+    rack: str = "",
+) -> NodeModel:
+    """A big GPU node (64 CPUs, 512 GiB): `cards` cards of `model`, NVLink islands of
+    `island` cards, in `rack` (field and topology label) when given."""
+    return NodeModel(
+        name=name,
+        cpu_milli=64_000,
+        memory_bytes=512 * GiB,
+        pods=110,
+        cards=tuple(Card(i, model, mem, nvlink_island=i // island) for i in range(cards)),
+        rack=rack,
+        labels={RACK_LABEL: rack} if rack else {},
+    )
+
+
+def node(
+    name: str,
+    *,
+    cpu: int = 4_000,
+    mem: int = 16 * GiB,
+    pods: int = 110,
+    labels: Mapping[str, str] | None = None,
+    taints: Iterable[tuple[str, str, str]] = (),
+    unschedulable: bool = False,
+    cards: int = 0,
+) -> NodeModel:
+    """A small CPU node (4 CPUs, 16 GiB) with the labels, taints and flags the standard
+    plugins look at; `cards` A100s if asked."""
+    return NodeModel(
+        name=name,
+        cpu_milli=cpu,
+        memory_bytes=mem,
+        pods=pods,
+        cards=tuple(Card(i, "A100", 81920) for i in range(cards)),
+        labels=dict(labels or {}),
+        taints=tuple(Taint(k, v, e) for k, v, e in taints),
+        unschedulable=unschedulable,
+    )
+
+
+# --- pods --------------------------------------------------------------------------------
+
+
+def make_pod(name: str = "p", **req: Any) -> PodInfo:
+    """A pod in namespace ns whose request is exactly PodRequest(**req)."""
+    return PodInfo(uid=f"uid-{name}", namespace="ns", name=name, request=PodRequest(**req))
+
+
+def pod(name: str = "p", *, request: PodRequest | None = None, **kw: Any) -> PodInfo:
+    """A pod in namespace ns with `request` (default: empty) and any PodInfo field."""
+    return PodInfo(
+        uid=f"uid-{name}", namespace="ns", name=name, request=request or PodRequest(), **kw
+    )
+
+
+def ai_pod(name: str, job: str = "", **req: object) -> PodInfo:
+    """A pod for the ai-scheduler profile: 1 CPU, 1 GiB plus `req`, in job `job`."""
+    return PodInfo(
+        uid=f"uid-{name}",
+        namespace="ns",
+        name=name,
+        request=PodRequest(cpu_milli=1000, memory_bytes=GiB, **req),  # type: ignore[arg-type]
+        scheduler_name="ai-scheduler",
+        job_id=job,
+    )
+
+
+# --- snapshots ---------------------------------------------------------------------------
+
+
+def snapshot(*nodes: NodeModel) -> Snapshot:
+    snap = Snapshot(max_cards=8, capacity=4)  # small capacity: tests also cover growth
+    for n in nodes:
+        snap.upsert_node(n)
+    return snap
+
+
+def all_rows(snap: Snapshot) -> Mask:
+    return snap.node_valid.copy()
+
+
+def passing(snap: Snapshot, res: FilterResult) -> list[str]:
+    return sorted(snap.names_of(np.flatnonzero(res.feasible)))
+
+
+def reasons_by_node(snap: Snapshot, candidates: Mask, res: FilterResult) -> dict[str, str]:
+    """node name -> the reason the filter gives for rejecting it."""
+    out: dict[str, str] = {}
+    for row in np.flatnonzero(candidates & ~res.feasible):
+        code = 0 if res.codes is None else int(res.codes[row])
+        out[snap.names[row]] = res.reasons[code]
+    return out
+
+
+def rows_of(snap: Snapshot, *names: str) -> Rows:
+    return np.array([snap.row_of(n) for n in names], np.intp)
+
+
+# --- simulations (the daemon's framework, cache and cycles over an in-memory cluster) ----
+
+
+def ai_sim(*nodes: NodeModel, temps: dict[str, float] | None = None) -> Simulation:
+    """The built-in ai-scheduler profile over `nodes` (idle temperatures `temps`), seed 1."""
+    reg = default_registry()
+    return Simulation(
+        nodes, builtin_profile("ai-scheduler", reg), reg, seed=1, idle_temperatures=temps
+    )
+
+
+def card_free(s: Simulation, node: str) -> list[int]:
+    row = s.snapshot.row_of(node)
+    return [int(x) for x in s.snapshot.card_free_milli[row, : s.snapshot.node_card_count[row]]]
+
+
+# --- the kernels' array clusters -----------------------------------------------------------
+# Random clusters and requests for the kernel property tests. Contents come from a seeded
+# NumPy generator drawn by Hypothesis (fast to build; shrinking then works on the shape, the
+# fill mix and the request, which is where bugs hide).
+
+MEM_SIZES = np.array([0, 16384, 24576, 40960, 81920], dtype=np.int32)
+
+
+@dataclass
+class Cluster:
+    card_free_milli: npt.NDArray[np.int32]
+    card_free_mem: npt.NDArray[np.int32]
+    card_total_mem: npt.NDArray[np.int32]
+    card_model: npt.NDArray[np.int16]
+    card_healthy: npt.NDArray[np.bool_]
+    card_island: npt.NDArray[np.int8]
+    node_valid: npt.NDArray[np.bool_]
+    node_cpu_free: npt.NDArray[np.int64]
+    node_mem_free: npt.NDArray[np.int64]
+    node_pods_free: npt.NDArray[np.int32]
+    node_cpu_alloc: npt.NDArray[np.int64]
+    node_mem_alloc: npt.NDArray[np.int64]
+    node_temp: npt.NDArray[np.float32]
+    n_models: int
+
+    @property
+    def n(self) -> int:
+        return int(self.card_free_milli.shape[0])
+
+    def cards(self) -> tuple[npt.NDArray[np.generic], ...]:
+        return (
+            self.card_free_milli,
+            self.card_free_mem,
+            self.card_total_mem,
+            self.card_model,
+            self.card_healthy,
+            self.card_island,
+        )
+
+
+@dataclass
+class Request:
+    req_cards: int
+    req_milli: int
+    req_mem: int
+    allowed_models: npt.NDArray[np.bool_]
+    nvlink: int
+
+    def args(self) -> tuple[object, ...]:
+        return (self.req_cards, self.req_milli, self.req_mem, self.allowed_models, self.nvlink)
+
+
+def build_cluster(seed: int, n: int, c: int, n_models: int, p_intact: float) -> Cluster:
+    rng = np.random.default_rng(seed)
+    n_cards = rng.integers(0, c + 1, n)
+    present = np.arange(c)[None, :] < n_cards[:, None]
+    node_size = MEM_SIZES[rng.integers(0, MEM_SIZES.size, n)]
+    # Mostly one size per node (as in real clusters), sometimes mixed or odd sizes.
+    total = np.repeat(node_size[:, None], c, axis=1)
+    mixed = rng.random((n, c)) < 0.1
+    total = np.where(mixed, MEM_SIZES[rng.integers(0, MEM_SIZES.size, (n, c))], total)
+    odd = rng.random((n, c)) < 0.05
+    total = np.where(odd, rng.integers(1, 100_000, (n, c)), total).astype(np.int32)
+    state = rng.random((n, c))
+    partial = rng.choice(np.array([1, 125, 250, 333, 500, 750, 999]), (n, c))
+    partial = np.where(rng.random((n, c)) < 0.5, partial, rng.integers(0, 1001, (n, c)))
+    free_milli = np.where(state < p_intact, 1000, np.where(state < p_intact + 0.2, 0, partial))
+    # Memory mostly follows milli; sometimes it is off either way (the two are independent
+    # columns in the snapshot and the kernels must not assume they agree).
+    free_mem = total.astype(np.int64) * free_milli // 1000
+    jitter = rng.random((n, c)) < 0.2
+    free_mem = np.where(jitter, rng.integers(0, np.maximum(total, 1) + 1), free_mem)
+    model = rng.integers(0, n_models + 1, (n, c))  # n_models = an id the request may not know
+    # Mostly small island ids; ids >= 8 take the kernels' slow path and must agree too.
+    island_ids = np.array([0, 1, 2, 9, 100])
+    island = island_ids[rng.choice(5, (n, c), p=[0.35, 0.3, 0.15, 0.1, 0.1])]
+    island = np.where(rng.random((n, c)) < 0.15, -1, island)
+    healthy = rng.random((n, c)) < 0.9
+    free_milli = np.where(present, free_milli, 0).astype(np.int32)
+    free_mem = np.where(present, free_mem, 0).astype(np.int32)
+    total = np.where(present, total, 0).astype(np.int32)
+    model = np.where(present, model, -1).astype(np.int16)
+    island = np.where(present, island, -1).astype(np.int8)
+    cpu_alloc = rng.choice(np.array([0, 8000, 64000, 128000]), n).astype(np.int64)
+    mem_alloc = rng.choice(np.array([0, 2**34, 2**38]), n).astype(np.int64)
+    temp = rng.uniform(30.0, 95.0, n).astype(np.float32)
+    temp[rng.random(n) < 0.2] = np.nan
+    return Cluster(
+        card_free_milli=free_milli,
+        card_free_mem=free_mem,
+        card_total_mem=total,
+        card_model=model,
+        card_healthy=healthy,
+        card_island=island,
+        node_valid=rng.random(n) < 0.9,
+        node_cpu_free=(cpu_alloc * rng.random(n)).astype(np.int64),
+        node_mem_free=(mem_alloc * rng.random(n)).astype(np.int64),
+        node_pods_free=rng.integers(0, 4, n).astype(np.int32),
+        node_cpu_alloc=cpu_alloc,
+        node_mem_alloc=mem_alloc,
+        node_temp=temp,
+        n_models=n_models,
+    )
+
+
+@st.composite
+def clusters(draw: st.DrawFn, max_n: int = 64, max_c: int = 8) -> Cluster:
+    return build_cluster(
+        seed=draw(st.integers(0, 2**32 - 1)),
+        n=draw(st.integers(0, max_n)),
+        c=draw(st.integers(1, max_c)),
+        n_models=draw(st.integers(1, 4)),
+        p_intact=draw(st.sampled_from([0.0, 0.3, 0.6, 0.9])),
+    )
+
+
+@st.composite
+def requests(draw: st.DrawFn, n_models: int) -> Request:
+    whole = draw(st.booleans())
+    if draw(st.booleans()):
+        allowed = np.ones(n_models, dtype=np.bool_)
+    else:
+        allowed = np.array(draw(st.lists(st.booleans(), min_size=n_models, max_size=n_models)))
+    req_mem = draw(st.sampled_from([0, 0, 1, 8000, 20000, 40960, 81920, 100_000]))
+    if whole:
+        return Request(draw(st.integers(1, 8)), 0, req_mem, allowed, draw(st.integers(0, 2)))
+    milli = draw(st.one_of(st.sampled_from([1, 250, 500, 999, 1000]), st.integers(1, 1000)))
+    return Request(0, milli, req_mem, allowed, draw(st.integers(0, 2)))
+
+
+@dataclass
+class Summary:
+    fit: npt.NDArray[np.bool_]
+    intact: npt.NDArray[np.int16]
+    usable: npt.NDArray[np.int16]
+    best_leftover: npt.NDArray[np.int32]
+    best_is_partial: npt.NDArray[np.bool_]
+    free_milli_total: npt.NDArray[np.int32]
+
+    @classmethod
+    def empty(cls, n: int) -> Summary:
+        # Garbage-filled on purpose: a kernel that skips a row must still write it.
+        return cls(
+            np.ones(n, dtype=np.bool_),
+            np.full(n, 77, dtype=np.int16),
+            np.full(n, 77, dtype=np.int16),
+            np.full(n, 77, dtype=np.int32),
+            np.ones(n, dtype=np.bool_),
+            np.full(n, 77, dtype=np.int32),
+        )
+
+    def outs(self) -> tuple[npt.NDArray[np.generic], ...]:
+        return (
+            self.fit,
+            self.intact,
+            self.usable,
+            self.best_leftover,
+            self.best_is_partial,
+            self.free_milli_total,
+        )
+
+
+def summarise(
+    kernel: Callable[..., int],
+    cl: Cluster,
+    req: Request,
+    candidates: npt.NDArray[np.bool_] | None = None,
+) -> tuple[int, Summary]:
+    s = Summary.empty(cl.n)
+    cand = np.ones(cl.n, dtype=np.bool_) if candidates is None else candidates
+    n_fit = kernel(*cl.cards(), cl.node_valid, cand, *req.args(), *s.outs())
+    return int(n_fit), s
+
+
+def one_node_cluster(
+    free_milli: list[int],
+    total_mem: int = 81920,
+    island: list[int] | None = None,
+    model: int = 0,
+) -> Cluster:
+    """A one-node cluster with the given cards (memory follows milli)."""
+    c = len(free_milli)
+    cl = build_cluster(seed=0, n=1, c=c, n_models=1, p_intact=1.0)
+    cl.card_free_milli[:] = np.array([free_milli], dtype=np.int32)
+    cl.card_total_mem[:] = total_mem
+    cl.card_free_mem[:] = (cl.card_total_mem.astype(np.int64) * cl.card_free_milli // 1000).astype(
+        np.int32
+    )
+    cl.card_model[:] = model
+    cl.card_healthy[:] = True
+    cl.card_island[:] = np.array([island if island is not None else [0] * c], dtype=np.int8)
+    cl.node_valid[:] = True
+    return cl
+
+
+ALL = np.ones(1, dtype=np.bool_)
+
+
+def fgd_columns(seed: int, n: int = 40, c: int = 8) -> dict[str, np.ndarray]:
+    """Random card columns (free milli, count, model, health) and node CPU for the FGD and
+    card-price kernels."""
+    rng = np.random.default_rng(seed)
+    count = rng.choice([0, 1, 2, 4, 8], size=n).astype(np.int16)
+    free = rng.choice([0, 90, 250, 500, 700, 1000], size=(n, c)).astype(np.int32)
+    model = rng.integers(0, 2, size=(n, 1)).repeat(c, axis=1).astype(np.int16)
+    for r in range(n):
+        free[r, count[r] :] = 0
+        model[r, count[r] :] = -1
+    return {
+        "free": free,
+        "count": count,
+        "model": model,
+        "healthy": rng.random((n, c)) > 0.05,
+        "cpu": rng.integers(0, 64000, n).astype(np.int64),
+        "valid": rng.random(n) > 0.05,
+    }
+
+
+# --- a tiny openb-shaped trace (the FGD protocol without the real trace) -------------------
+
+TINY_NODES = (
+    TraceNode("n-0", 64000, 262144, 2, "P100"),
+    TraceNode("n-1", 96000, 786432, 8, "G2"),
+    TraceNode("n-2", 32000, 131072, 4, "T4"),
+    TraceNode("n-3", 96000, 786432, 8, "G2"),
+)
+
+
+def tiny_pods() -> tuple[TracePod, ...]:
+    """40 pods of seven shapes (seeded): shared, whole-card, multi-card, CPU-only, typed."""
+    rng = np.random.default_rng(7)
+    out = []
+    shapes = [(4000, 1, 250, ""), (8000, 1, 500, ""), (12000, 1, 1000, ""), (24000, 2, 1000, "")]
+    shapes += [(3000, 0, 0, ""), (6000, 1, 300, "T4"), (16000, 4, 1000, "G2")]
+    for i in range(40):
+        cpu, n, milli, spec = shapes[int(rng.integers(len(shapes)))]
+        out.append(TracePod(f"p-{i:03d}", cpu, 4096, n, milli, spec))
+    return tuple(out)
+
+
+def tiny_trace() -> Trace:
+    return Trace("tiny", TINY_NODES, tiny_pods())
+
+
+# --- configuration documents ----------------------------------------------------------
+
+CONFIG_HEAD = {"apiVersion": "gpusched.io/v1alpha1", "kind": "GpuSchedulerConfiguration"}
+
+
+def config_doc(*profiles: dict[str, Any], **settings: Any) -> dict[str, Any]:
+    return {**CONFIG_HEAD, **settings, "profiles": list(profiles)}
+
+
+def config_plugins(**points: Any) -> dict[str, Any]:
+    return {"schedulerName": "p", "plugins": points}
+
+
+def config_load_error(d: Any, registry: Registry) -> str:
+    with pytest.raises(ConfigError) as ei:
+        config_from_dict(d, registry)
+    return str(ei.value)
+
+
+# --- one-row kernel calls (scalar columns of length one) -------------------------------
+
+Kernel = Callable[..., None]
+
+
+def score_one_node(kernel: Kernel, *args: object) -> float:
+    out = np.zeros(1)
+    kernel(np.ones(1, dtype=np.bool_), *args, out)
+    return float(out[0])
+
+
+def col_i16(v: int) -> np.ndarray:
+    return np.array([v], dtype=np.int16)
+
+
+def col_i32(v: int) -> np.ndarray:
+    return np.array([v], dtype=np.int32)
+
+
+def col_bool(v: bool) -> np.ndarray:
+    return np.array([v], dtype=np.bool_)
+
+
+# --- caches ----------------------------------------------------------------------------
+
+
+def cache_with(*names: str) -> ClusterCache:
+    """A cache over gpu_node()s `names`, in a snapshot small enough to grow."""
+    c = ClusterCache(Snapshot(8, capacity=2))  # small capacity: forces growth
+    for n in names:
+        c.upsert_node(gpu_node(n))
+    return c
+
+
+# --- the GPUFragmentation scenarios: 1-CPU pods on a T4 fleet, the plugin's args --------
+
+
+def t4_request(cpu: int = 1000, milli: int = 0, cards: int = 0) -> PodRequest:
+    return PodRequest(cpu_milli=cpu, memory_bytes=GiB, gpu_milli=milli, gpu_cards=cards)
+
+
+def t4_pod(name: str, cpu: int = 1000, milli: int = 0, cards: int = 0) -> PodInfo:
+    return PodInfo(
+        uid=f"uid-{name}",
+        namespace="ns",
+        name=name,
+        request=t4_request(cpu, milli, cards),
+        scheduler_name="ai-scheduler",
+    )
+
+
+def t4_node(name: str, cards: int = 2) -> NodeModel:
+    return NodeModel(
+        name=name,
+        cpu_milli=64_000,
+        memory_bytes=512 * GiB,
+        pods=110,
+        cards=tuple(Card(i, "T4", 15360) for i in range(cards)),
+    )
+
+
+def frag_sim(args: dict[str, Any], *nodes: NodeModel) -> Simulation:
+    reg = default_registry()
+    profile = builtin_profiles()["ai-scheduler"]
+    profile["pluginConfig"] = [{"name": "GPUFragmentation", "args": args}]
+    doc = {"apiVersion": API_VERSION, "kind": KIND, "profiles": [profile]}
+    return Simulation(nodes, config_from_dict(doc, reg).profiles[0], reg, seed=1)
+
+
+# --- API server wire format -------------------------------------------------------------
+
+
+def watch_line(kind: str, obj: dict[str, Any]) -> bytes:
+    """One line of a watch stream."""
+    return orjson.dumps({"type": kind, "object": obj})
+
+
+# --- plugin args -------------------------------------------------------------------------
+
+
+def fit_strategy(
+    kind: str, *res: tuple[str, int], shape: tuple[tuple[int, int], ...] = ()
+) -> NodeResourcesFitArgs:
+    rtcr = (
+        RequestedToCapacityRatioParam(tuple(UtilizationShapePoint(u, s) for u, s in shape))
+        if shape
+        else None
+    )
+    resources = tuple(ResourceSpec(n, w) for n, w in res) or (
+        ResourceSpec("cpu"),
+        ResourceSpec("memory"),
+    )
+    return NodeResourcesFitArgs(ScoringStrategy(kind, resources, rtcr))

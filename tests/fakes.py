@@ -1,0 +1,321 @@
+"""In-memory fakes of the ports the code under test talks to: the cluster writer and the
+framework handle (plugins, runtime), the Lease API and a clock (leader election, daemon).
+See tests/README.md for what goes here and what goes in tests/builders.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import io
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import numpy as np
+import orjson
+
+from gpusched.core.cache.snapshot import Snapshot
+from gpusched.framework import Rows, Status
+from gpusched.kube.client import JSON, ApiError
+from gpusched.kube.lease import LeaderElector, micro_time
+from gpusched.kube.writer import ObjectRef
+from gpusched.model.pod import PodInfo
+from gpusched.observability.logging import make_logger
+
+# --- the cluster writer and the handle ---------------------------------------------------
+
+
+@dataclass
+class FakeCluster:
+    """Records writes; `answer` is what every bind returns."""
+
+    binds: list[tuple[str, str]] = field(default_factory=list)
+    annotations: dict[str, dict[str, str]] = field(default_factory=dict)
+    answer: Status = field(default_factory=Status)
+
+    async def annotate(self, pod: PodInfo, annotations: Mapping[str, str]) -> Status:
+        self.annotations.setdefault(pod.uid, {}).update(annotations)
+        return Status()
+
+    async def bind(self, pod: PodInfo, node: str) -> Status:
+        self.binds.append((pod.key, node))
+        return self.answer
+
+
+@dataclass
+class FakeHandle:
+    snapshot: Snapshot
+    cluster: FakeCluster = field(default_factory=FakeCluster)
+    t: float = 0.0
+
+    def now(self) -> float:
+        return self.t
+
+    def pods_on_node(self, node: str) -> Iterable[PodInfo]:
+        return ()
+
+    def job_rows(self, job_id: str) -> Rows:
+        return np.empty(0, np.intp)
+
+
+# --- the Lease API and a clock (leader election) -----------------------------------------
+
+PATH = "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/gpusched"
+
+
+class FakeClock:
+    """Monotonic seconds; `sleep` advances it instead of waiting, then yields once so the
+    other tasks run, as a real sleep would let them."""
+
+    def __init__(self) -> None:
+        self.t = 100.0
+        self.sleeps: list[float] = []
+        self.changed = asyncio.Event()  # set by every sleep
+
+    def __call__(self) -> float:
+        return self.t
+
+    def wall(self) -> datetime:
+        return datetime(2030, 1, 1, tzinfo=UTC) + timedelta(seconds=self.t)
+
+    async def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.t += seconds
+        self.changed.set()
+        await asyncio.sleep(0)
+
+
+class FakeLeases:
+    """One Lease with the API server's optimistic concurrency: create answers 409 when it
+    exists, update answers 409 when the caller's resourceVersion is stale."""
+
+    describe = "kube-system/gpusched"
+
+    def __init__(self) -> None:
+        self.lease: JSON | None = None
+        self.rv = 0
+        self.fail: Exception | None = None  # raised by every call while set
+        self.before_update: Callable[[], None] | None = None  # a concurrent writer, once
+        self.renewer: Callable[[], None] | None = None  # a live holder, before every read
+        self.calls: list[str] = []
+        self.changed = asyncio.Event()  # set by every call
+
+    def put(self, spec: JSON) -> None:
+        """Another candidate (or kubectl) writes the Lease."""
+        self.rv += 1
+        self.lease = {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {
+                "name": "gpusched",
+                "namespace": "kube-system",
+                "resourceVersion": str(self.rv),
+            },
+            "spec": copy.deepcopy(spec),
+        }
+
+    @property
+    def spec(self) -> JSON:
+        assert self.lease is not None
+        spec: JSON = self.lease["spec"]
+        return spec
+
+    def _check(self, call: str) -> None:
+        self.calls.append(call)
+        self.changed.set()
+        if self.fail is not None:
+            raise self.fail
+
+    async def get(self) -> JSON | None:
+        self._check("get")
+        if self.renewer is not None:
+            self.renewer()
+        return copy.deepcopy(self.lease)
+
+    async def create(self, spec: JSON) -> JSON:
+        self._check("create")
+        if self.lease is not None:
+            raise ApiError("POST", PATH, 409, '{"kind":"Status","reason":"AlreadyExists"}')
+        self.put(spec)
+        return copy.deepcopy(self.lease)  # type: ignore[return-value]
+
+    async def update(self, lease: JSON, spec: JSON) -> JSON:
+        self._check("update")
+        if self.before_update is not None:
+            hook, self.before_update = self.before_update, None
+            hook()
+        if self.lease is None:
+            raise ApiError("PUT", PATH, 404, '{"kind":"Status","reason":"NotFound"}')
+        if lease["metadata"]["resourceVersion"] != self.lease["metadata"]["resourceVersion"]:
+            raise ApiError("PUT", PATH, 409, '{"kind":"Status","reason":"Conflict"}')
+        self.put(spec)
+        return copy.deepcopy(self.lease)
+
+
+async def until(predicate: Callable[[], bool], changed: asyncio.Event) -> None:
+    """Wait, by `changed` (a FakeClock's or a FakeLeases'), until `predicate` holds."""
+    while not predicate():
+        changed.clear()
+        await changed.wait()
+
+
+def renew_as_holder(api: FakeLeases, clock: FakeClock) -> Callable[[], None]:
+    """A `renewer`: the current holder writes a fresh renewTime (it is alive)."""
+
+    def renew() -> None:
+        api.put({**api.spec, "renewTime": micro_time(clock.wall())})
+
+    return renew
+
+
+def other_holder(clock: FakeClock, holder: str = "other_1", *, transitions: int = 3) -> JSON:
+    stamp = micro_time(clock.wall())
+    return {
+        "holderIdentity": holder,
+        "leaseDurationSeconds": 15,
+        "acquireTime": stamp,
+        "renewTime": stamp,
+        "leaseTransitions": transitions,
+    }
+
+
+def elector(
+    api: FakeLeases,
+    clock: FakeClock,
+    identity: str = "me_1",
+    *,
+    on_change: Callable[[bool], None] | None = None,
+    log: io.StringIO | None = None,
+) -> LeaderElector:
+    return LeaderElector(
+        api,
+        identity,
+        lease_duration=15,
+        renew_deadline=10.0,
+        retry_period=2.0,
+        log=make_logger(log or io.StringIO()),
+        clock=clock,
+        sleep=clock.sleep,
+        wall=clock.wall,
+        jitter=lambda: 0.0,
+        on_change=on_change,
+    )
+
+
+# --- a settable monotonic clock ---------------------------------------------------------
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+# --- the cluster writer of the daemon and the simulator (ClusterPort) ---------------------
+
+
+class FakeWriter:
+    """ClusterPort + the reporting calls; `bind` waits for `release` and answers `answer`."""
+
+    def __init__(self) -> None:
+        self.release = asyncio.Event()
+        self.binding = asyncio.Event()
+        self.answer = Status()
+        self.binds: list[tuple[str, str]] = []
+
+    async def annotate(self, pod: PodInfo, annotations: Mapping[str, str]) -> Status:
+        return Status()
+
+    async def bind(self, pod: PodInfo, node: str) -> Status:
+        self.binds.append((pod.key, node))
+        self.binding.set()
+        await self.release.wait()
+        return self.answer
+
+    async def event(self, ref: ObjectRef, *args: Any, **kw: Any) -> None:
+        return None
+
+    async def pod_condition(self, pod: PodInfo, reason: str, message: str) -> None:
+        return None
+
+    def forget(self, uid: str) -> None:
+        return None
+
+
+class RecordingWriter:
+    """The daemon's ClusterPort and reporting calls, answering at once like the API would."""
+
+    def __init__(self) -> None:
+        self.annotations: dict[str, dict[str, str]] = {}
+        self.binds: dict[str, str] = {}
+
+    async def annotate(self, pod: PodInfo, annotations: Mapping[str, str]) -> Status:
+        self.annotations.setdefault(pod.uid, {}).update(annotations)
+        return Status()
+
+    async def bind(self, pod: PodInfo, node: str) -> Status:
+        self.binds[pod.uid] = node
+        return Status()
+
+    async def event(self, ref: ObjectRef, *args: Any, **kw: Any) -> None:
+        return None
+
+    async def pod_condition(self, pod: PodInfo, reason: str, message: str) -> None:
+        return None
+
+    def forget(self, uid: str) -> None:
+        return None
+
+
+# --- an in-memory API server for Reflector.run ----------------------------------------------
+
+
+class FakeContent:
+    def __init__(self, chunks: list[bytes]) -> None:
+        self.chunks = chunks
+
+    async def iter_any(self) -> AsyncIterator[bytes]:
+        for chunk in self.chunks:
+            yield chunk
+
+
+class FakeResponse:
+    def __init__(self, status: int, chunks: list[bytes]) -> None:
+        self.status = status
+        self.content = FakeContent(chunks)
+
+    async def __aenter__(self) -> FakeResponse:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        return None
+
+    async def read(self) -> bytes:
+        return b"".join(self.content.chunks)
+
+    async def text(self) -> str:
+        return (await self.read()).decode()
+
+
+class FakeKube:
+    """Lists are empty at version 5; each watch answers with `watch_body()`; the run is
+    cancelled after `max_watches` watches."""
+
+    def __init__(self, watch_body: Callable[[], list[bytes]], max_watches: int = 6) -> None:
+        self.watch_body = watch_body
+        self.max_watches = max_watches
+        self.watches = 0
+
+    async def _send(self, method: str, path: str, **kw: Any) -> FakeResponse:
+        query = dict(kw.get("query") or ())
+        if query.get("watch") != "true":
+            page = {"metadata": {"resourceVersion": "5"}, "items": []}
+            return FakeResponse(200, [orjson.dumps(page)])
+        self.watches += 1
+        if self.watches > self.max_watches:
+            raise asyncio.CancelledError
+        return FakeResponse(200, self.watch_body())

@@ -1,0 +1,176 @@
+"""Loading a configuration document: YAML, apiVersion and kind, errors, round trip."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from gpusched.config import (
+    DEFAULT_PLUGINS,
+    ConfigErrors,
+    builtin_config,
+    builtin_profiles,
+    config_from_dict,
+    config_to_document,
+    default_config,
+    load_config,
+)
+from gpusched.config.profile import ConfigError, PluginRef, Point
+from gpusched.core.runtime.validate import validate_profiles
+from gpusched.framework.registry import Registry
+from tests.builders import CONFIG_HEAD, config_load_error, config_plugins
+from tests.fake_plugins import (
+    FitArgs,
+    ThermalArgs,
+)
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+EXAMPLE = ROOT / "manifests" / "examples" / "scheduler-config.yaml"
+
+
+def test_minimal_document_is_the_default_profile(registry: Registry) -> None:
+    cfg = load_config(
+        "apiVersion: gpusched.io/v1alpha1\nkind: GpuSchedulerConfiguration\n", registry
+    )
+    assert cfg.names == ("ai-scheduler",)
+    p = cfg.profile("ai-scheduler")
+    assert dict(p.plugins) == dict(DEFAULT_PLUGINS)
+    assert p.enabled(Point.SCORE) == (
+        PluginRef("GPUFragmentation", 0.40),
+        PluginRef("Thermal", 0.05),
+        PluginRef("NetworkLocality", 0.25),
+    )
+    # Every plugin with an Args type gets its defaults filled in at load time.
+    assert p.plugin_args == {"NodeResourcesFit": FitArgs(), "Thermal": ThermalArgs()}
+
+
+def test_default_config_with_and_without_registry(registry: Registry) -> None:
+    bare = default_config()
+    assert bare.names == ("ai-scheduler",)
+    assert dict(bare.profiles[0].plugins) == dict(DEFAULT_PLUGINS)
+    full = default_config(registry)
+    assert dict(full.profiles[0].plugins) == dict(DEFAULT_PLUGINS)
+    assert full.profiles[0].plugin_args["Thermal"] == ThermalArgs()
+
+
+def test_example_manifest_loads_and_builds(registry: Registry) -> None:
+    cfg = load_config(EXAMPLE, registry)
+    assert cfg.names == ("ai-scheduler", "least-allocated")
+    assert dict(cfg.profile("ai-scheduler").plugins) == dict(DEFAULT_PLUGINS)
+    assert cfg == load_config(str(EXAMPLE), registry)
+    assert cfg.profile("least-allocated") == builtin_config(registry, "least-allocated").profiles[0]
+    validate_profiles(cfg, registry)
+
+
+@pytest.mark.parametrize(
+    ("head", "message"),
+    [
+        (
+            {"apiVersion": "v1", "kind": "GpuSchedulerConfiguration"},
+            "apiVersion: must be 'gpusched.io/v1alpha1', got 'v1'",
+        ),
+        (
+            {"apiVersion": "gpusched.io/v1alpha1", "kind": "KubeSchedulerConfiguration"},
+            "kind: must be 'GpuSchedulerConfiguration', got 'KubeSchedulerConfiguration'",
+        ),
+        (
+            {"kind": "GpuSchedulerConfiguration"},
+            "apiVersion: required field is missing (want 'gpusched.io/v1alpha1')",
+        ),
+    ],
+)
+def test_api_version_and_kind(registry: Registry, head: dict[str, str], message: str) -> None:
+    assert config_load_error(head, registry) == message
+
+
+def test_all_errors_are_reported_together(registry: Registry) -> None:
+    d = {
+        "apiVersion": "v2",
+        "kind": "GpuSchedulerConfiguration",
+        "maxCardsPerNode": 0,
+        "profiles": [
+            config_plugins(score={"enabled": [{"name": "Spread"}]}),
+            {
+                "schedulerName": "q",
+                "pluginConfig": [{"name": "Thermal", "args": {"redLineCelsius": 1}}],
+            },
+        ],
+    }
+    with pytest.raises(ConfigErrors) as ei:
+        config_from_dict(d, registry)
+    paths = [e.path for e in ei.value.errors]
+    assert paths == [
+        "apiVersion",
+        "maxCardsPerNode",
+        "profiles[0].plugins.score.enabled[Spread].weight",
+        "profiles[1].pluginConfig[Thermal].args.redLineCelsius",
+    ]
+    assert isinstance(ei.value, ConfigError)
+
+
+def test_bad_yaml_reports_line_and_column(registry: Registry, tmp_path: Path) -> None:
+    f = tmp_path / "c.yaml"
+    f.write_text("apiVersion: gpusched.io/v1alpha1\nkind: [unclosed\nprofiles: []\n")
+    with pytest.raises(ConfigError) as ei:
+        load_config(f, registry)
+    assert ei.value.path.startswith(f"{f}:3:")
+    assert "invalid YAML" in str(ei.value)
+
+
+def test_duplicate_yaml_keys_are_refused(registry: Registry) -> None:
+    text = textwrap.dedent(
+        """\
+        apiVersion: gpusched.io/v1alpha1
+        kind: GpuSchedulerConfiguration
+        profiles:
+          - schedulerName: a
+            plugins:
+              score:
+                enabled: [{name: Spread, weight: 1}]
+              score:
+                disabled: [{name: "*"}]
+        """
+    )
+    with pytest.raises(ConfigError) as ei:
+        load_config(text, registry)
+    assert ei.value.path == "<text>:8:7"
+    assert "found duplicate key 'score' (first at line 6)" in str(ei.value)
+
+
+def test_yaml_merge_keys_still_work(registry: Registry) -> None:
+    text = textwrap.dedent(
+        """\
+        apiVersion: gpusched.io/v1alpha1
+        kind: GpuSchedulerConfiguration
+        clientConnection: &cc {qps: 5, burst: 10}
+        topologyKeys: {rack: a/rack}
+        profiles:
+          - schedulerName: a
+        """
+    )
+    assert load_config(text, registry).client_connection.burst == 10
+
+
+def test_missing_file_and_empty_or_scalar_documents(registry: Registry, tmp_path: Path) -> None:
+    missing = tmp_path / "nope.yaml"
+    with pytest.raises(ConfigError, match=r"nope\.yaml: cannot read the file"):
+        load_config(str(missing), registry)
+    with pytest.raises(ConfigError, match=r"^<root>: the document is empty$"):
+        load_config("", registry)
+    with pytest.raises(ConfigError, match=r"^<root>: expected a mapping, got 'hello'$"):
+        load_config("hello", registry)
+
+
+def test_document_round_trip(registry: Registry) -> None:
+    cfg = load_config(EXAMPLE, registry)
+    again = config_from_dict(config_to_document(cfg), registry)
+    assert again == cfg
+    custom = config_from_dict(
+        {**CONFIG_HEAD, "assumeTTLSeconds": 7, "profiles": [builtin_profiles()["most-allocated"]]},
+        registry,
+    )
+    assert config_from_dict(config_to_document(custom), registry) == custom

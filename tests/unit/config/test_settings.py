@@ -1,0 +1,171 @@
+"""The scheduler-wide settings: defaults, leader election, client, validation."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from gpusched.config import (
+    LeaderElection,
+    config_from_dict,
+    config_to_document,
+)
+from gpusched.framework.registry import Registry
+from gpusched.model.node import TopologyKeys
+from tests.builders import CONFIG_HEAD, config_load_error
+
+
+def test_default_settings(registry: Registry) -> None:
+    cfg = config_from_dict(CONFIG_HEAD, registry)
+    assert cfg.client_connection.qps == 50
+    assert cfg.client_connection.burst == 100
+    assert cfg.pod_initial_backoff_seconds == 1
+    assert cfg.pod_max_backoff_seconds == 10
+    assert cfg.pod_max_in_unschedulable_pods_duration_seconds == 300
+    assert cfg.assume_ttl_seconds == 30
+    assert cfg.topology_keys == TopologyKeys(
+        "topology.gpusched.io/rack", "topology.gpusched.io/spine"
+    )
+    assert cfg.max_cards_per_node == 8
+    # kube-scheduler's leaderElection defaults; the Lease next to its own in kube-system.
+    assert cfg.leader_election == LeaderElection(
+        leader_elect=True,
+        lease_duration_seconds=15,
+        renew_deadline_seconds=10.0,
+        retry_period_seconds=2.0,
+        resource_name="gpusched",
+        resource_namespace="kube-system",
+    )
+
+
+def test_leader_election_is_read(registry: Registry) -> None:
+    cfg = config_from_dict(
+        {
+            **CONFIG_HEAD,
+            "leaderElection": {
+                "leaderElect": False,
+                "leaseDurationSeconds": 3,
+                "renewDeadlineSeconds": 2,
+                "retryPeriodSeconds": 0.5,
+                "resourceName": "gpusched-test",
+                "resourceNamespace": "gpu-system",
+            },
+        },
+        registry,
+    )
+    assert cfg.leader_election == LeaderElection(False, 3, 2.0, 0.5, "gpusched-test", "gpu-system")
+    assert config_from_dict(config_to_document(cfg), registry) == cfg
+
+
+def test_settings_are_read(registry: Registry) -> None:
+    cfg = config_from_dict(
+        {
+            **CONFIG_HEAD,
+            "clientConnection": {"qps": 5, "burst": 7},
+            "podInitialBackoffSeconds": 2,
+            "podMaxBackoffSeconds": 20.5,
+            "podMaxInUnschedulablePodsDurationSeconds": 60,
+            "assumeTTLSeconds": 90,
+            "topologyKeys": {"rack": "example.com/rack"},
+            "maxCardsPerNode": 16,
+        },
+        registry,
+    )
+    assert (cfg.client_connection.qps, cfg.client_connection.burst) == (5.0, 7)
+    assert cfg.pod_initial_backoff_seconds == 2.0
+    assert cfg.pod_max_backoff_seconds == 20.5
+    assert cfg.pod_max_in_unschedulable_pods_duration_seconds == 60
+    assert cfg.assume_ttl_seconds == 90
+    assert cfg.topology_keys == TopologyKeys("example.com/rack", "topology.gpusched.io/spine")
+    assert cfg.max_cards_per_node == 16
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        (
+            {"podMaxBackoffSeconds": 0.5},
+            "podMaxBackoffSeconds: must be >= podInitialBackoffSeconds (1.0), got 0.5",
+        ),
+        ({"podInitialBackoffSeconds": 0}, "podInitialBackoffSeconds: must be > 0, got 0"),
+        (
+            {"podMaxInUnschedulablePodsDurationSeconds": -1},
+            "podMaxInUnschedulablePodsDurationSeconds: must be > 0, got -1",
+        ),
+        ({"assumeTTLSeconds": 0}, "assumeTTLSeconds: must be > 0, got 0"),
+        (
+            {"assumeTtlSeconds": 5},
+            "assumeTtlSeconds: unknown field (did you mean 'assumeTTLSeconds'?)",
+        ),
+        ({"maxCardsPerNode": 0}, "maxCardsPerNode: must be between 1 and 63, got 0"),
+        ({"maxCardsPerNode": 64}, "maxCardsPerNode: must be between 1 and 63, got 64"),
+        ({"maxCardsPerNode": 8.5}, "maxCardsPerNode: expected an integer, got 8.5"),
+        (
+            {"clientConnection": {"qps": "fast"}},
+            "clientConnection.qps: expected a number, got 'fast'",
+        ),
+        ({"clientConnection": {"burst": 0}}, "clientConnection.burst: must be >= 1, got 0"),
+        ({"clientConnection": {"kubeconfig": "x"}}, "clientConnection.kubeconfig: unknown field"),
+        ({"topologyKeys": {"rack": "bad key!"}}, "topologyKeys.rack: is not a valid label key"),
+        (
+            {"topologyKeys": {"rack": "Bad_Prefix/rack"}},
+            "topologyKeys.rack: is not a valid label key: the prefix",
+        ),
+        (
+            {"topologyKeys": {"spine": "topology.gpusched.io/rack"}},
+            "topologyKeys.spine: must differ from topologyKeys.rack,"
+            " got 'topology.gpusched.io/rack'",
+        ),
+        ({"profile": []}, "profile: unknown field (did you mean 'profiles'?)"),
+        (
+            {"leaderElection": {"renewDeadlineSeconds": 15}},
+            "leaderElection.renewDeadlineSeconds: must be < leaseDurationSeconds (15), got 15",
+        ),
+        (
+            {"leaderElection": {"retryPeriodSeconds": 12, "leaseDurationSeconds": 20}},
+            "leaderElection.retryPeriodSeconds: must be < renewDeadlineSeconds (10.0), got 12",
+        ),
+        (
+            {"leaderElection": {"retryPeriodSeconds": 0}},
+            "leaderElection.retryPeriodSeconds: must be > 0, got 0",
+        ),
+        (
+            {"leaderElection": {"leaseDurationSeconds": -1}},
+            "leaderElection.leaseDurationSeconds: must be > 0, got -1",
+        ),
+        (
+            {"leaderElection": {"leaseDurationSeconds": 2.5}},
+            "leaderElection.leaseDurationSeconds: expected an integer, got 2.5",
+        ),
+        (
+            {"leaderElection": {"leaderElect": "no"}},
+            "leaderElection.leaderElect: expected a boolean (true/false), got 'no'",
+        ),
+        (
+            {"leaderElection": {"resourceName": "GPU_sched"}},
+            "leaderElection.resourceName: must be a DNS subdomain",
+        ),
+        (
+            {"leaderElection": {"resourceNamespace": "kube.system"}},
+            "leaderElection.resourceNamespace: must be a namespace name",
+        ),
+        (
+            {"leaderElection": {"leaseDuration": 15}},
+            "leaderElection.leaseDuration: unknown field (did you mean 'leaseDurationSeconds'?)",
+        ),
+    ],
+)
+def test_setting_errors(registry: Registry, settings: dict[str, Any], message: str) -> None:
+    assert config_load_error({**CONFIG_HEAD, **settings}, registry).startswith(message)
+
+
+def test_valid_label_keys(registry: Registry) -> None:
+    cfg = config_from_dict(
+        {
+            **CONFIG_HEAD,
+            "topologyKeys": {"rack": "cloud.google.com/gke-placement-group", "spine": "spine"},
+        },
+        registry,
+    )
+    assert cfg.topology_keys.spine == "spine"

@@ -1,0 +1,390 @@
+"""The daemon's event handlers and binding failure paths, with in-memory ports (no server)."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import io
+from typing import Any
+
+import orjson
+import pytest
+
+from gpusched.config import LeaderElection, default_config
+from gpusched.daemon import Daemon, DaemonOptions
+from gpusched.devcluster.nodes import NodeSpec, node_object
+from gpusched.framework.status import Code, Status
+from gpusched.kube.client import ApiError
+from gpusched.observability.logging import make_logger
+from gpusched.plugins import default_registry
+from tests.builders import watch_line
+from tests.fakes import (
+    PATH,
+    Clock,
+    FakeClock,
+    FakeLeases,
+    FakeWriter,
+    elector,
+    other_holder,
+    renew_as_holder,
+    until,
+)
+
+GUARD = 10.0  # against a hang; every wait below is on an event
+
+
+def raw_pod(name: str, rv: str, annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": "ns",
+            "uid": f"uid-{name}",
+            "resourceVersion": rv,
+            "annotations": annotations or {},
+        },
+        "spec": {
+            "schedulerName": "ai-scheduler",
+            "containers": [{"name": "c", "resources": {"requests": {"cpu": "100m"}}}],
+        },
+        "status": {"phase": "Pending"},
+    }
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def stream() -> io.StringIO:
+    return io.StringIO()
+
+
+@pytest.fixture
+def leases() -> FakeLeases:
+    return FakeLeases()
+
+
+@pytest.fixture
+def lease_clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def daemon(
+    clock: Clock, stream: io.StringIO, leases: FakeLeases, lease_clock: FakeClock
+) -> tuple[Daemon, FakeWriter]:
+    registry = default_registry()
+    d = Daemon(
+        None,  # type: ignore[arg-type]
+        default_config(registry),
+        registry,
+        make_logger(stream),
+        clock=clock,
+        options=DaemonOptions(warm_up=False),  # test_kernel_warm_up covers it
+    )
+    # The elector over an in-memory Lease, waiting on a fake clock: no API server, no time.
+    assert d.elector is not None
+    d.elector = elector(
+        leases,
+        lease_clock,
+        on_change=lambda leading: d.metrics.leader.set(1 if leading else 0),
+        log=stream,
+    )
+    writer = FakeWriter()
+    d.writer = writer  # type: ignore[assignment]
+    d.handle._cluster = writer
+    spec = NodeSpec("n1", 0, "none", 8000, 16384, "r", "s")
+    raw = node_object(spec)
+    raw["metadata"]["uid"] = "node-n1"
+    d.node_watch._line(watch_line("ADDED", raw))
+    return d, writer
+
+
+async def test_pod_updated_while_its_binding_is_in_flight_is_requeued_as_updated(
+    daemon: tuple[Daemon, FakeWriter],
+) -> None:
+    """kube-scheduler requeues a pod whose binding failed with the informer's latest
+    version; updates that arrive while the pod is assumed must not be lost."""
+    d, writer = daemon
+    d.pod_watch._line(watch_line("ADDED", raw_pod("p", "1")))
+    info = d.queue.pop_nowait()
+    assert info is not None
+    d._attempt(info)
+    assert len(d.bindings) == 1
+    await writer.binding.wait()
+    # The user changes the pod while the Binding POST is in flight, which then fails.
+    d.pod_watch._line(watch_line("MODIFIED", raw_pod("p", "2", {"team": "b"})))
+    writer.answer = Status(Code.ERROR, ("HTTP 500",))
+    writer.release.set()
+    await asyncio.gather(*d.bindings)
+    assert d.queue.where("uid-p") == "backoff"
+    queued = d.queue.backoff.get("uid-p")
+    assert queued is not None
+    assert queued.pod.annotations.get("team") == "b"
+    assert d.cache.get("uid-p") is None
+
+
+async def test_a_scheduling_attempt_that_raises_after_assume_does_not_strand_the_pod(
+    daemon: tuple[Daemon, FakeWriter], clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """'A bug must cost one attempt, not the daemon': a plugin raising after the pod was
+    assumed must not leave the pod assumed forever (capacity leaked, the pod never tried
+    again)."""
+    d, writer = daemon
+    d.pod_watch._line(watch_line("ADDED", raw_pod("p", "1")))
+    fw = d.frameworks["ai-scheduler"]
+    calls = 0
+
+    def boom(*args: Any) -> Status:
+        nonlocal calls
+        calls += 1
+        raise RuntimeError("permit plugin bug")
+
+    monkeypatch.setattr(fw, "run_permit", boom)
+    info = d.queue.pop_nowait()
+    assert info is not None
+    d._attempt(info)  # the loop's body
+    assert calls == 1
+    assert d.cache.get("uid-p") is None, "the failed attempt left the pod assumed"
+    assert d.queue.where("uid-p") == "backoff"
+    # The next attempt schedules it (it is not skipped as 'already assumed').
+    monkeypatch.undo()
+    clock.t += 60
+    d.queue.flush()
+    again = d.queue.pop_nowait()
+    assert again is not None
+    d._attempt(again)
+    assert len(d.bindings) == 1
+    writer.release.set()
+    await asyncio.gather(*d.bindings)
+    assert d.bound == 1
+
+
+async def test_a_watch_that_dies_stops_the_daemon_with_failure(
+    daemon: tuple[Daemon, FakeWriter], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A dead watch means a frozen cache: the daemon must stop (exit 1), not keep placing
+    pods on stale state."""
+    d, _ = daemon
+    crash = asyncio.Event()
+
+    async def node_watch() -> None:
+        d.node_watch.synced.set()
+        await crash.wait()
+        raise RuntimeError("watch bug")
+
+    async def pod_watch() -> None:
+        d.pod_watch.synced.set()
+        await asyncio.Event().wait()  # runs until cancelled
+
+    monkeypatch.setattr(d.node_watch, "run", node_watch)
+    monkeypatch.setattr(d.pod_watch, "run", pod_watch)
+    running = asyncio.create_task(d.run())
+    await d.ready.wait()
+    assert not d.failed
+    crash.set()
+    await asyncio.wait_for(running, 10)
+    assert d.failed
+
+
+async def test_stop_is_not_a_failure(
+    daemon: tuple[Daemon, FakeWriter], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    d, _ = daemon
+
+    async def watch(reflector: Any) -> None:
+        reflector.synced.set()
+        await asyncio.Event().wait()
+
+    monkeypatch.setattr(d.node_watch, "run", lambda: watch(d.node_watch))
+    monkeypatch.setattr(d.pod_watch, "run", lambda: watch(d.pod_watch))
+    running = asyncio.create_task(d.run())
+    await d.ready.wait()
+    d.stop()
+    await asyncio.wait_for(running, 10)
+    assert not d.failed
+
+
+def _quiet_watches(d: Daemon, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Watches that report synced at once and then wait to be cancelled."""
+
+    async def watch(reflector: Any) -> None:
+        reflector.synced.set()
+        await asyncio.Event().wait()
+
+    monkeypatch.setattr(d.node_watch, "run", lambda: watch(d.node_watch))
+    monkeypatch.setattr(d.pod_watch, "run", lambda: watch(d.pod_watch))
+
+
+def _events(stream: io.StringIO) -> list[dict[str, Any]]:
+    return [orjson.loads(line) for line in stream.getvalue().splitlines()]
+
+
+def _leader_gauge(d: Daemon) -> float | None:
+    return d.metrics.registry.get_sample_value("gpusched_leader")
+
+
+async def test_a_standby_keeps_its_cache_but_schedules_only_once_it_leads(
+    daemon: tuple[Daemon, FakeWriter],
+    leases: FakeLeases,
+    lease_clock: FakeClock,
+    stream: io.StringIO,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    d, writer = daemon
+    leases.put(other_holder(lease_clock))
+    leases.renewer = renew_as_holder(leases, lease_clock)  # the other leader is alive
+    _quiet_watches(d, monkeypatch)
+    d.pod_watch._line(watch_line("ADDED", raw_pod("p", "1")))
+    running = asyncio.create_task(d.run())
+    await asyncio.wait_for(d.ready.wait(), GUARD)  # /readyz: ready as a standby too
+    # Many retries, well past a leaseDuration of fake time: a live leader is never replaced.
+    await asyncio.wait_for(until(lambda: len(lease_clock.sleeps) >= 10, lease_clock.changed), GUARD)
+    assert not d.leading.is_set()
+    assert d.attempts == 0 and len(d.queue) == 1  # queued (warm), not attempted
+    assert _leader_gauge(d) == 0
+    # The leader steps down (releases): we take over and schedule what is queued.
+    leases.renewer = None
+    leases.put({**leases.spec, "holderIdentity": "", "leaseDurationSeconds": 1})
+    await asyncio.wait_for(d.leading.wait(), GUARD)
+    assert _leader_gauge(d) == 1
+    await asyncio.wait_for(writer.binding.wait(), GUARD)
+    assert d.attempts == 1
+    writer.release.set()
+    d.stop()
+    await asyncio.wait_for(running, GUARD)
+    assert not d.failed and d.bound == 1
+    assert _leader_gauge(d) == 0
+    elected = [e for e in _events(stream) if e["event"] == "leader elected"]
+    assert elected and elected[0]["identity"] == "me_1"
+
+
+async def test_losing_the_lease_stops_the_daemon_and_cuts_bindings_short(
+    daemon: tuple[Daemon, FakeWriter],
+    leases: FakeLeases,
+    stream: io.StringIO,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Another instance may take over once the Lease expires: our bindings in flight are
+    cancelled at once (not drained for bind_grace_seconds) and the daemon exits 1."""
+    d, writer = daemon
+    _quiet_watches(d, monkeypatch)
+    running = asyncio.create_task(d.run())
+    await asyncio.wait_for(d.leading.wait(), GUARD)
+    d.pod_watch._line(watch_line("ADDED", raw_pod("p", "1")))
+    await asyncio.wait_for(writer.binding.wait(), GUARD)
+    assert d.cache.is_assumed("uid-p")
+    leases.fail = ApiError("PUT", PATH, 500, "etcdserver: request timed out")
+    await asyncio.wait_for(running, GUARD)
+    assert d.failed
+    assert d.bound == 0
+    assert d.cache.get("uid-p") is None, "the cut binding left its placement assumed"
+    assert _leader_gauge(d) == 0
+    events = [e["event"] for e in _events(stream)]
+    assert "leader lost" in events
+    assert "stopping: leadership lost; exiting so that a restart re-syncs" in events
+    cut = next(e for e in _events(stream) if e["event"] == "bindings cut short")
+    assert cut["reason"] == "leader lease lost"
+
+
+async def test_stop_releases_the_lease_only_after_the_bindings_in_flight(
+    daemon: tuple[Daemon, FakeWriter],
+    leases: FakeLeases,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    d, writer = daemon
+    _quiet_watches(d, monkeypatch)
+    running = asyncio.create_task(d.run())
+    await asyncio.wait_for(d.leading.wait(), GUARD)
+    d.pod_watch._line(watch_line("ADDED", raw_pod("p", "1")))
+    await asyncio.wait_for(writer.binding.wait(), GUARD)
+    d.stop()  # SIGTERM
+    # While the binding is in flight the Lease is still renewed, so no standby takes over.
+    renewals = leases.rv
+    await asyncio.wait_for(until(lambda: leases.rv >= renewals + 3, leases.changed), GUARD)
+    assert leases.spec["holderIdentity"] == "me_1"
+    writer.release.set()
+    await asyncio.wait_for(running, GUARD)
+    assert not d.failed and d.bound == 1
+    assert leases.spec["holderIdentity"] == ""
+    assert leases.spec["leaseDurationSeconds"] == 1
+    assert d.stopped.is_set()
+
+
+async def test_without_leader_election_it_schedules_after_the_sync(
+    clock: Clock, stream: io.StringIO, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    registry = default_registry()
+    config = default_config(registry)
+    config = type(config)(
+        profiles=config.profiles, leader_election=LeaderElection(leader_elect=False)
+    )
+    d = Daemon(None, config, registry, make_logger(stream), clock=clock)  # type: ignore[arg-type]
+    assert d.elector is None
+    _quiet_watches(d, monkeypatch)
+    running = asyncio.create_task(d.run())
+    await asyncio.wait_for(d.leading.wait(), GUARD)
+    assert _leader_gauge(d) == 1
+    d.stop()
+    await asyncio.wait_for(running, GUARD)
+    assert not d.failed
+
+
+async def test_stop_before_the_first_sync_leaves_no_unretrieved_exception(
+    daemon: tuple[Daemon, FakeWriter], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SIGTERM while the watches still retry (an unreachable server) must stop quietly: no
+    "_GatheringFuture exception was never retrieved" traceback on stderr."""
+
+    d, _ = daemon
+
+    async def never_synced() -> None:
+        await asyncio.Event().wait()
+
+    monkeypatch.setattr(d.node_watch, "run", never_synced)
+    monkeypatch.setattr(d.pod_watch, "run", never_synced)
+    loop = asyncio.get_running_loop()
+    reported: list[dict[str, Any]] = []
+    loop.set_exception_handler(lambda _loop, context: reported.append(context))
+    try:
+        d.stop()  # before the sync: run() takes the same path as a SIGTERM while waiting
+        await asyncio.wait_for(d.run(), GUARD)
+        gc.collect()  # an unretrieved exception is reported when its future is collected
+    finally:
+        loop.set_exception_handler(None)
+    assert not d.failed
+    assert [c.get("message") for c in reported] == []
+
+
+async def test_a_node_with_more_cards_than_max_cards_per_node_is_reported_with_the_setting(
+    daemon: tuple[Daemon, FakeWriter], stream: io.StringIO
+) -> None:
+    """The warning names the configuration field a user can raise, not an internal name."""
+    d, _ = daemon
+    raw = node_object(NodeSpec("big", 16, "A100M80", 8000, 16384, "r", "s"))
+    raw["metadata"]["uid"] = "node-big"
+    d.node_watch._line(watch_line("ADDED", raw))
+    warnings = [e for e in _events(stream) if e.get("node") == "big"]
+    assert len(warnings) == 1, warnings
+    text = warnings[0]["warning"]
+    assert "node ignored" in text and "16 cards" in text
+    assert "maxCardsPerNode" in text and "(8)" in text and "63" in text
+    assert "big" not in d.cache.snapshot.rows
+
+
+async def test_a_node_that_grows_past_max_cards_per_node_is_no_longer_used(
+    daemon: tuple[Daemon, FakeWriter], stream: io.StringIO
+) -> None:
+    """ "node ignored" must hold for a node already known too: its old 8-card row would
+    otherwise keep taking pods on cards that no longer match the node."""
+    d, _ = daemon
+    raw = node_object(NodeSpec("grown", 8, "A100M80", 8000, 16384, "r", "s"))
+    raw["metadata"]["uid"] = "node-grown"
+    d.node_watch._line(watch_line("ADDED", raw))
+    assert "grown" in d.cache.snapshot.rows
+    raw = node_object(NodeSpec("grown", 16, "A100M80", 8000, 16384, "r", "s"))
+    raw["metadata"]["uid"] = "node-grown"
+    d.node_watch._line(watch_line("MODIFIED", raw))
+    assert "grown" not in d.cache.snapshot.rows
+    assert any("node ignored" in e.get("warning", "") for e in _events(stream))

@@ -1,0 +1,35 @@
+"""`gpusched run`'s arguments: the effective configuration."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gpusched.cli import build_parser
+from gpusched.daemon.main import RunArgs, effective_config
+from gpusched.plugins import default_registry
+
+
+@pytest.mark.parametrize(
+    ("argv", "in_file", "expected"),
+    [
+        ([], None, True),  # the default
+        ([], False, False),  # the file decides without the flag
+        (["--leader-elect=false"], True, False),  # the flag wins
+        (["--leader-elect"], False, True),
+        (["--leader-elect", "true"], None, True),
+    ],
+)
+def test_the_leader_elect_flag_overrides_the_file(
+    tmp_path: Path, argv: list[str], in_file: bool | None, expected: bool
+) -> None:
+    config = tmp_path / "config.yaml"
+    text = "apiVersion: gpusched.io/v1alpha1\nkind: GpuSchedulerConfiguration\n"
+    if in_file is not None:
+        text += f"leaderElection: {{leaderElect: {str(in_file).lower()}}}\n"
+    config.write_text(text)
+    args = build_parser().parse_args(["run", "--config", str(config), *argv])
+    run = RunArgs(config=args.config, leader_elect=args.leader_elect)
+    got = effective_config(run, default_registry())
+    assert got.leader_election.leader_elect is expected
