@@ -8,7 +8,7 @@ import copy
 import dataclasses
 import io
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 import orjson
@@ -19,9 +19,8 @@ from gpusched.config.profile import PluginRef, Point, Profile
 from gpusched.core.schedule_one import Result
 from gpusched.daemon import Daemon, DaemonOptions
 from gpusched.devcluster.nodes import NodeSpec, node_object
-from gpusched.framework import CycleState, Status
+from gpusched.framework import Status
 from gpusched.framework.registry import Registry
-from gpusched.framework.status import Code
 from gpusched.kube.writer import ObjectRef
 from gpusched.model import keys
 from gpusched.model.node import node_from_k8s
@@ -29,7 +28,7 @@ from gpusched.model.pod import PodInfo, pod_from_k8s
 from gpusched.observability.logging import make_logger
 from gpusched.plugins import default_registry
 from gpusched.sim.engine import Simulation
-from tests.unit.core.fakes import Binder, Sort, gpu_node, make_pod
+from tests.unit.core.fakes import Binder, Gate, Sort, gpu_node, make_pod
 
 SPECS = [
     NodeSpec("a100-0", 8, "A100M80", 64_000, 512 * 1024, "r0", "s0", 8),
@@ -176,18 +175,6 @@ async def test_the_daemon_and_the_simulator_place_one_pod_stream_identically() -
     assert d.cache.snapshot.gpu_milli_free() == sim.snapshot.gpu_milli_free()
 
 
-class Gate:
-    """Permit: every pod waits until the test allows or rejects it."""
-
-    name: ClassVar[str] = "Gate"
-
-    def __init__(self, args: Any, handle: Any) -> None:
-        pass
-
-    def permit(self, state: CycleState, pod: PodInfo, node: str) -> tuple[Status, float]:
-        return Status(Code.WAIT), 60.0
-
-
 def gated_sim() -> Simulation:
     registry = Registry()
     for cls in (Sort, Binder, Gate):
@@ -219,9 +206,9 @@ def test_a_pod_waiting_at_permit_binds_when_allowed() -> None:
 def test_a_pod_waiting_at_permit_times_out_on_the_virtual_clock() -> None:
     sim = gated_sim()
     sim.submit(make_pod("p"))
-    sim.advance(59.0)
+    sim.advance(4.0)  # Gate waits 5 s
     assert sim.cache.is_assumed("uid-p")
-    sim.advance(61.0)
+    sim.advance(6.0)
     assert sim.cache.get("uid-p") is None and "uid-p" not in sim.cluster.bound
     assert sim.queue.where("uid-p") == "unschedulable"
 
