@@ -59,7 +59,7 @@ from gpusched.devcluster.fgd_objects import (
     trace_node_objects,
     trace_pod_object,
 )
-from gpusched.devcluster.nodes import read_openb_csv
+from gpusched.devcluster.nodes import node_objects, read_openb_csv
 from gpusched.kube import JSON, ApiError, Kube, create_namespace, create_nodes, pod_path
 from gpusched.model import node_from_k8s
 from gpusched.model.pod import PodInfo
@@ -220,6 +220,7 @@ async def _live(
     pods: list[PodInfo],
     out: Path,
     tie_break: str,
+    node_kind: str,
 ) -> Live:
     specs = [s for s in read_openb_csv(nodes_csv) if s.gpus > 0]
     sim_nodes = cluster_nodes([n for n in trace.nodes if n.gpu > 0])
@@ -227,7 +228,10 @@ async def _live(
         t0 = time.monotonic()
         # The daemon watches PodGroups and ElasticQuotas, as on any cluster it runs on.
         await install_crds(kube, cluster.crd_dir)
-        await create_nodes(kube, trace_node_objects(specs), concurrency=8)
+        # "devcluster": the nodes `make cluster-up NODE_LIST=...` loads, which differ from the
+        # simulator's (docs/fgd-results.md); kept to measure what those differences cost.
+        objects = trace_node_objects(specs) if node_kind == "trace" else node_objects(specs)
+        await create_nodes(kube, objects, concurrency=8)
         await wait_nodes_ready(kube, [s.name for s in specs], timeout=600)
         _log(f"{len(specs)} KWOK nodes Ready in {time.monotonic() - t0:.0f}s")
         listing = await kube.get("/api/v1/nodes")
@@ -375,7 +379,7 @@ def report(
     print(
         f"FGD protocol through the live daemon: openb {trace.name}, seed {args.seed},"
         f" {n} arrivals{f' (--limit {args.limit})' if args.limit else ''},"
-        f" {len(live.card_counts)} KWOK nodes, tie-break {args.tie_break}"
+        f" {len(live.card_counts)} KWOK nodes ({args.nodes}), tie-break {args.tie_break}"
     )
     print(
         f"{'':24}{'unalloc@100%':>14}{f'unalloc@{last}%':>14}"
@@ -440,6 +444,7 @@ def report(
         "seed": args.seed,
         "arrivals": n,
         "tie_break": args.tie_break,
+        "nodes": args.nodes,
         "sim_unallocated_100": _at(sim_curve, 100),
         "live_unallocated_100": _at(live_curve, 100),
         "same_node_and_cards": same_cards,
@@ -460,6 +465,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--trace-dir", type=Path, default=ROOT.parent / "shared/traces/openb")
     parser.add_argument("--pods", default="openb_pod_list_default.csv")
     parser.add_argument("--tie-break", choices=("seeded", "daemon"), default="seeded")
+    parser.add_argument(
+        "--nodes",
+        choices=("trace", "devcluster"),
+        default="trace",
+        help="trace: the simulator's nodes (fgd_objects); devcluster: `cluster-up`'s own",
+    )
     parser.add_argument("--out", default="", help="daemon log and results (default: a temp dir)")
     args = parser.parse_args(argv)
     args.out = args.out or tempfile.mkdtemp(prefix="fgd-cluster-")
@@ -477,7 +488,16 @@ def main(argv: list[str] | None = None) -> int:
     options = ClusterOptions(kube_scheduler=False, log=_log, workdir=None)
     with LocalCluster(options) as cluster:
         live = asyncio.run(
-            _live(cluster, args.trace_dir / DEFAULT_NODE_FILE, trace, wl, pods, out, args.tie_break)
+            _live(
+                cluster,
+                args.trace_dir / DEFAULT_NODE_FILE,
+                trace,
+                wl,
+                pods,
+                out,
+                args.tie_break,
+                args.nodes,
+            )
         )
     return report(args, trace, wl, pods, sim, live)
 
