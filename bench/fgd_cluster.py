@@ -94,11 +94,19 @@ def _log(message: str) -> None:
 # -- the simulator side ---------------------------------------------------------------------
 
 
+# The daemon builds its Frameworks without a seed (gpusched/daemon/daemon.py), so its random
+# tie-break draws from np.random.default_rng(0).
+DAEMON_RNG_SEED = 0
+
+
 def simulate(trace: Trace, wl: FgdWorkload, seed: int, tie_break: str) -> SeedRun:
+    """The simulator with the daemon's tie-break: the seeded order, or (tie_break="daemon")
+    the same uniform draw from the same RNG stream as the daemon's. run_seed's `seed` only
+    seeds the Framework here (the workload is given; ai-scheduler's profile has no seed)."""
     return run_seed(
         trace,
         POLICY,
-        seed,
+        seed if tie_break == "seeded" else DAEMON_RNG_SEED,
         default_registry(),
         workload=wl,
         keep_placements=True,
@@ -112,7 +120,8 @@ def simulator_record(trace: Trace, wl: FgdWorkload, seed: int, tie_break: str, k
     registry = default_registry()
     gpu_nodes = [n for n in trace.nodes if n.gpu > 0]
     profile = policy_profile(POLICY, trace, seed, registry)
-    sim = Simulation(cluster_nodes(gpu_nodes), profile, registry, seed=seed)
+    rng_seed = seed if tie_break == "seeded" else DAEMON_RNG_SEED
+    sim = Simulation(cluster_nodes(gpu_nodes), profile, registry, seed=rng_seed)
     if tie_break == "seeded":
         sim.fw.tie_break = first_in_order(sim, wl)
     pods = workload_pods(wl.pods[: k + 1])
@@ -455,6 +464,10 @@ def report(
         "sim_seconds": sim.seconds,
     }
     (Path(args.out) / "summary.json").write_text(json.dumps(summary, indent=2))
+    with (Path(args.out) / "placements.jsonl").open("w") as handle:
+        for s, d in zip(sim.placements, placements, strict=True):
+            row = {"seq": s.seq, "pod": s.pod, "sim": [s.node, s.gpu_ids, s.gpu_milli]}
+            handle.write(json.dumps(row | {"daemon": [d.node, d.gpu_ids, d.gpu_milli]}) + "\n")
     return 1 if over or live.node_problems else 0
 
 
