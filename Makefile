@@ -78,5 +78,15 @@ packing-bound: venv
 	$(PY) -m gpusched.sim.packing_bound --trace-dir $(TRACE_DIR) --seeds 42-51 \
 		$(foreach t,default gpushare40 multigpu20 gpuspec10 cpu050,--pods openb_pod_list_$(t).csv)
 
+# The FGD protocol's arrival sequence through the live daemon (`gpusched run`) on the local
+# control plane, its unallocated GPU % beside the simulator's for the same seed, with the
+# per-pod placement agreement (docs/fgd-results.md, "Live parity"). LIMIT=N: the first N
+# arrivals only (a full seed is 10,866 pods). Reads the trace through TRACE_DIR.
+SEED ?= 42
+LIMIT ?=
+.PHONY: bench-fgd-cluster
+bench-fgd-cluster: venv bins
+	$(PY) bench/fgd_cluster.py --trace-dir $(TRACE_DIR) --seed $(SEED) $(if $(LIMIT),--limit $(LIMIT))
+
 clean:
 	rm -rf $(VENV) .cluster build *.egg-info

@@ -9,6 +9,7 @@ the runtime's check: gpusched/core/runtime/validate.py.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -165,19 +166,7 @@ def config_from_dict(doc: object, registry: Registry) -> SchedulerConfig:
 
     profiles = read_profiles(doc.get("profiles"), registry, errs)
     errs.raise_if_any()
-    return SchedulerConfig(
-        profiles=profiles,
-        client_connection=settings.client_connection,
-        leader_election=settings.leader_election,
-        pod_initial_backoff_seconds=settings.pod_initial_backoff_seconds,
-        pod_max_backoff_seconds=settings.pod_max_backoff_seconds,
-        pod_max_in_unschedulable_pods_duration_seconds=(
-            settings.pod_max_in_unschedulable_pods_duration_seconds
-        ),
-        assume_ttl_seconds=settings.assume_ttl_seconds,
-        topology_keys=settings.topology_keys,
-        max_cards_per_node=settings.max_cards_per_node,
-    )
+    return dataclasses.replace(settings, profiles=profiles)
 
 
 # -- the way back ----------------------------------------------------------------------------

@@ -139,6 +139,8 @@ class SchedulerConfig:
     )
     topology_keys: TopologyKeys = field(default_factory=TopologyKeys)
     max_cards_per_node: int = MAX_CARDS_PER_NODE
+    # Orders nodes for the tie-break between equal top scores (core/runtime/tie_break.py).
+    tie_break_seed: int = 0
 
     def validate(self) -> list[tuple[str, str]]:
         """The settings' cross-field rules (profiles are checked while they are built)."""
@@ -158,6 +160,8 @@ class SchedulerConfig:
             out.append(("assumeTTLSeconds", "must be > 0"))
         if not 1 <= self.max_cards_per_node <= MAX_CARDS_LIMIT:
             out.append(("maxCardsPerNode", f"must be between 1 and {MAX_CARDS_LIMIT}"))
+        if not 0 <= self.tie_break_seed < 2**63:
+            out.append(("tieBreakSeed", "must be between 0 and 2^63-1"))
         for tier in ("rack", "spine"):
             problem = _label_key_problem(getattr(self.topology_keys, tier))
             if problem:

@@ -91,7 +91,8 @@ class Daemon:
         self.handle = SchedulerHandle(self.cache, self.writer, clock)
         # One framework per profile; a pod goes to the one named by its schedulerName.
         self.frameworks: dict[str, Framework] = {
-            p.scheduler_name: Framework(p, registry, self.handle) for p in config.profiles
+            p.scheduler_name: Framework(p, registry, self.handle, seed=config.tie_break_seed)
+            for p in config.profiles
         }
         first = next(iter(self.frameworks.values()))
         # The loader insists every profile uses the same QueueSort, so one queue orders all.

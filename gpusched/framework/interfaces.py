@@ -121,9 +121,7 @@ class QueueSortPlugin(Plugin, Protocol):
 
 @runtime_checkable
 class PreFilterPlugin(Plugin, Protocol):
-    def pre_filter(
-        self, state: CycleState, pod: PodInfo
-    ) -> tuple[PreFilterResult | None, Status]:
+    def pre_filter(self, state: CycleState, pod: PodInfo) -> tuple[PreFilterResult | None, Status]:
         """Once per attempt, before any Filter. Success (optionally narrowing the rows the
         pod may go to: the runtime intersects every plugin's rows), Skip (this plugin's
         Filter is not called for the pod), Unschedulable or UnschedulableAndUnresolvable

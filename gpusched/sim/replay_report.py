@@ -14,15 +14,8 @@ from rich.table import Table
 
 from gpusched.plugins import default_registry
 from gpusched.sim.fgd_protocol import load_trace, parse_seeds
-from gpusched.sim.replay import (
-    POLICIES,
-    ReplayConfig,
-    ReplayPolicy,
-    ReplayRun,
-    ReplayWorkload,
-    offered_load,
-    run_policies,
-)
+from gpusched.sim.replay import POLICIES, ReplayPolicy, ReplayRun, run_policies
+from gpusched.sim.replay_workload import ReplayConfig, ReplayWorkload, offered_load
 
 # The seed article's production figures, kube-scheduler -> ai-scheduler. Quoted, never a
 # target: the replay's model is not tuned towards them.

@@ -69,9 +69,11 @@ def test_settings_are_read(registry: Registry) -> None:
             "assumeTTLSeconds": 90,
             "topologyKeys": {"rack": "example.com/rack"},
             "maxCardsPerNode": 16,
+            "tieBreakSeed": 42,
         },
         registry,
     )
+    assert cfg.tie_break_seed == 42
     assert (cfg.client_connection.qps, cfg.client_connection.burst) == (5.0, 7)
     assert cfg.pod_initial_backoff_seconds == 2.0
     assert cfg.pod_max_backoff_seconds == 20.5
@@ -99,6 +101,8 @@ def test_settings_are_read(registry: Registry) -> None:
             "assumeTtlSeconds: unknown field (did you mean 'assumeTTLSeconds'?)",
         ),
         ({"maxCardsPerNode": 0}, "maxCardsPerNode: must be between 1 and 63, got 0"),
+        ({"tieBreakSeed": -1}, "tieBreakSeed: must be between 0 and 2^63-1, got -1"),
+        ({"tieBreakSeed": "x"}, "tieBreakSeed: expected an integer, got 'x'"),
         ({"maxCardsPerNode": 64}, "maxCardsPerNode: must be between 1 and 63, got 64"),
         ({"maxCardsPerNode": 8.5}, "maxCardsPerNode: expected an integer, got 8.5"),
         (

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import dataclasses
 import io
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 import pytest
@@ -16,17 +17,15 @@ from gpusched.config.profile import PluginRef, Point, Profile
 from gpusched.core.schedule_one import Result
 from gpusched.daemon import Daemon, DaemonOptions
 from gpusched.devcluster.nodes import NodeSpec, node_object
-from gpusched.framework import CycleState, Status
 from gpusched.framework.registry import Registry
-from gpusched.framework.status import Code
 from gpusched.model import keys
 from gpusched.model.node import node_from_k8s
-from gpusched.model.pod import PodInfo, pod_from_k8s
+from gpusched.model.pod import pod_from_k8s
 from gpusched.observability.logging import make_logger
 from gpusched.plugins import default_registry
 from gpusched.sim.engine import Simulation
 from tests.builders import gpu_node, make_pod, watch_line
-from tests.fake_plugins import Binder, Sort
+from tests.fake_plugins import Binder, Gate, Sort
 from tests.fakes import RecordingWriter
 
 SPECS = [
@@ -86,7 +85,8 @@ async def test_the_daemon_and_the_simulator_place_one_pod_stream_identically() -
     simulator give every pod the same node and cards, and drop the same pods. The pods
     arrive one at a time and an unplaced one is deleted, as in the FGD protocol."""
     registry = default_registry()
-    config = default_config(registry)
+    # The configured seed orders the daemon's ties, the run's seed the simulator's.
+    config = dataclasses.replace(default_config(registry), tie_break_seed=5)
     d = Daemon(
         None,  # type: ignore[arg-type]  # no API server: watch lines are fed in below
         config,
@@ -104,6 +104,7 @@ async def test_the_daemon_and_the_simulator_place_one_pod_stream_identically() -
         [node_from_k8s(raw, config.topology_keys) for raw in nodes],
         builtin_profile("ai-scheduler", registry),
         registry,
+        seed=5,
     )
     rng = np.random.default_rng(7)
     placed_daemon: list[tuple[str, str]] = []
@@ -143,18 +144,6 @@ async def test_the_daemon_and_the_simulator_place_one_pod_stream_identically() -
     assert d.cache.snapshot.gpu_milli_free() == sim.snapshot.gpu_milli_free()
 
 
-class Gate:
-    """Permit: every pod waits until the test allows or rejects it."""
-
-    name: ClassVar[str] = "Gate"
-
-    def __init__(self, args: Any, handle: Any) -> None:
-        pass
-
-    def permit(self, state: CycleState, pod: PodInfo, node: str) -> tuple[Status, float]:
-        return Status(Code.WAIT), 60.0
-
-
 def gated_sim() -> Simulation:
     registry = Registry()
     for cls in (Sort, Binder, Gate):
@@ -186,9 +175,9 @@ def test_a_pod_waiting_at_permit_binds_when_allowed() -> None:
 def test_a_pod_waiting_at_permit_times_out_on_the_virtual_clock() -> None:
     sim = gated_sim()
     sim.submit(make_pod("p"))
-    sim.advance(59.0)
+    sim.advance(4.0)  # Gate waits 5 s
     assert sim.cache.is_assumed("uid-p")
-    sim.advance(61.0)
+    sim.advance(6.0)
     assert sim.cache.get("uid-p") is None and "uid-p" not in sim.cluster.bound
     assert sim.queue.where("uid-p") == "unschedulable"
 

@@ -10,15 +10,8 @@ import pytest
 
 from gpusched.plugins import default_registry
 from gpusched.sim.openb import TraceNode, TracePod
-from gpusched.sim.replay import (
-    ReplayConfig,
-    ReplayRun,
-    _weighted_quantile,
-    build_workload,
-    offered_load,
-    rack_layout,
-    replay,
-)
+from gpusched.sim.replay import ReplayRun, _weighted_quantile, replay
+from gpusched.sim.replay_workload import ReplayConfig, build_workload, offered_load, rack_layout
 from gpusched.sim.thermal import LOAD_RISE_C
 
 
