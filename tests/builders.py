@@ -518,3 +518,27 @@ def fit_strategy(
         ResourceSpec("memory"),
     )
     return NodeResourcesFitArgs(ScoringStrategy(kind, resources, rtcr))
+
+
+# --- openb trace rows (the replay's input) -----------------------------------------------
+
+
+def trace_pod(
+    name: str, t0: int, t1: int | None, gpus: int = 1, milli: int = 1000, cpu: int = 1000
+) -> TracePod:
+    """A Running trace pod created (and scheduled) at t0, deleted at t1."""
+    return TracePod(
+        name=name,
+        cpu_milli=cpu,
+        memory_mib=1024,
+        num_gpu=gpus,
+        gpu_milli=milli if gpus else 0,
+        pod_phase="Running",
+        creation_time=t0,
+        deletion_time=t1,
+        scheduled_time=t0,
+    )
+
+
+def trace_nodes(count: int, gpus: int) -> list[TraceNode]:
+    return [TraceNode(f"n{i}", 32000, 65536, gpus, "T4") for i in range(count)]

@@ -13,26 +13,7 @@ from gpusched.sim.openb import TraceNode, TracePod
 from gpusched.sim.replay import ReplayRun, _weighted_quantile, replay
 from gpusched.sim.replay_workload import ReplayConfig, build_workload, offered_load, rack_layout
 from gpusched.sim.thermal import LOAD_RISE_C
-
-
-def _pod(
-    name: str, t0: int, t1: int | None, gpus: int = 1, milli: int = 1000, cpu: int = 1000
-) -> TracePod:
-    return TracePod(
-        name=name,
-        cpu_milli=cpu,
-        memory_mib=1024,
-        num_gpu=gpus,
-        gpu_milli=milli if gpus else 0,
-        pod_phase="Running",
-        creation_time=t0,
-        deletion_time=t1,
-        scheduled_time=t0,
-    )
-
-
-def _nodes(count: int, gpus: int) -> list[TraceNode]:
-    return [TraceNode(f"n{i}", 32000, 65536, gpus, "T4") for i in range(count)]
+from tests.builders import trace_nodes, trace_pod
 
 
 def _run(
@@ -58,16 +39,16 @@ def _run(
 def _blocked() -> list[TracePod]:
     # Two 2-card nodes: a and b fill them, c waits until a leaves at t=100.
     return [
-        _pod("a", 0, 100, gpus=2, cpu=1000),
-        _pod("b", 0, 1000, gpus=2, cpu=2000),
-        _pod("c", 50, 500, gpus=2, cpu=3000),
-        _pod("z", 200, 300, gpus=0, cpu=100),
+        trace_pod("a", 0, 100, gpus=2, cpu=1000),
+        trace_pod("b", 0, 1000, gpus=2, cpu=2000),
+        trace_pod("c", 50, 500, gpus=2, cpu=3000),
+        trace_pod("z", 200, 300, gpus=0, cpu=100),
     ]
 
 
 @pytest.mark.parametrize("policy", ["ai-scheduler", "least-allocated", "most-allocated"])
 def test_departure_frees_cards_and_a_waiting_pod_starts(policy: str) -> None:
-    run = _run(_blocked(), _nodes(2, 2), ReplayConfig(), policy)
+    run = _run(_blocked(), trace_nodes(2, 2), ReplayConfig(), policy)
     assert run.starts["a"] == 0 and run.starts["b"] == 0
     assert run.starts["c"] == 100  # retried after a's departure
     assert run.started == 4 and run.gave_up == 0
@@ -77,7 +58,7 @@ def test_departure_frees_cards_and_a_waiting_pod_starts(policy: str) -> None:
 
 
 def test_timeout_counts_as_failure() -> None:
-    run = _run(_blocked(), _nodes(2, 2), ReplayConfig(timeout_s=30))
+    run = _run(_blocked(), trace_nodes(2, 2), ReplayConfig(timeout_s=30))
     assert math.isnan(run.starts["c"])
     assert run.gave_up == 1
     assert run.whole_jobs_ok == 2 and run.whole_success_pct == pytest.approx(200 / 3)
@@ -85,38 +66,16 @@ def test_timeout_counts_as_failure() -> None:
 
 def test_withdrawn_while_waiting() -> None:
     pods = _blocked()
-    pods[2] = _pod("c", 50, 80, gpus=2, cpu=3000)  # deleted before a leaves
-    run = _run(pods, _nodes(2, 2), ReplayConfig())
+    pods[2] = trace_pod("c", 50, 80, gpus=2, cpu=3000)  # deleted before a leaves
+    run = _run(pods, trace_nodes(2, 2), ReplayConfig())
     assert run.withdrawn == 1 and run.gave_up == 0 and math.isnan(run.starts["c"])
-
-
-def test_odd_rows_and_jobs() -> None:
-    pods = [
-        _pod("w0", 10, 90),
-        _pod("w1", 11, 90),  # same shape within 1 s: same job
-        _pod("w2", 20, 90),  # too late: a job of its own
-        _pod("bad", 30, 30),  # deleted at creation: skipped
-        _pod("keep", 5, None),  # never deleted: stays
-        _pod("end", 40, 500, gpus=0),  # Running at the trace's last deletion: stays
-    ]
-    wl = build_workload(pods, ReplayConfig())
-    assert wl.skipped == {"deletion_time not after creation_time": 1}
-    assert wl.multi_pod_jobs == 1 and len(wl.jobs) == 4
-    assert wl.stays == 2
-    job = [p for p in wl.pods if p.job]
-    assert [p.source.name for p in job] == ["w0", "w1"]
-    assert all(p.info.job_id == job[0].job for p in job)
-    assert wl.pods[0].arrival == 0 and wl.pods[0].source.name == "keep"
-    compressed = build_workload(pods, ReplayConfig(time_compression=5))
-    assert [p.arrival for p in compressed.pods] == [0, 1, 1.2, 3, 7]
-    assert [p.lifetime for p in compressed.pods] == [None, 80, 79, 70, None]
 
 
 def test_figures_on_a_hand_made_case() -> None:
     # Two 1-card nodes in one rack; a 2-pod job fills both from t=0 to 1000; a CPU pod
     # arriving at t=100 closes the window [first departure.. last arrival] = [0, 100].
-    pods = [_pod("j0", 0, 1000), _pod("j1", 0, 1000), _pod("cpu", 100, 2000, gpus=0)]
-    nodes = _nodes(2, 1)
+    pods = [trace_pod("j0", 0, 1000), trace_pod("j1", 0, 1000), trace_pod("cpu", 100, 2000, gpus=0)]
+    nodes = trace_nodes(2, 1)
     cfg = ReplayConfig()
     layout = rack_layout(nodes, 3, cfg)
     run = _run(pods, nodes, cfg)
@@ -136,26 +95,12 @@ def test_figures_on_a_hand_made_case() -> None:
     assert split.same_rack_pct == 50.0
 
 
-def test_layout_racks_by_sku_and_fraction() -> None:
-    nodes = _nodes(20, 8) + [TraceNode(f"p{i}", 32000, 65536, 2, "P100") for i in range(5)]
-    nodes.append(TraceNode("cpu", 32000, 65536, 0, ""))
-    cfg = ReplayConfig(nodes_per_rack=16, racks_per_spine=2)
-    layout = rack_layout(nodes, 1, cfg)
-    assert len(layout.nodes) == 25 and layout.racks == 3
-    for n in layout.nodes:
-        same = {m.cards[0].model for m in layout.nodes if m.rack == n.rack}
-        assert len(same) == 1
-    assert set(layout.idle_temperatures) == {n.name for n in layout.nodes}
-    small = rack_layout(nodes, 1, dataclasses.replace(cfg, cluster_fraction=0.1))
-    assert sorted(n.gpu_count for n in small.nodes) == [2, 8, 8]
-
-
 def test_a_seed_reproduces_the_result() -> None:
     pods = [
-        _pod(f"p{i}", i * 7, i * 7 + 300 + (i * 37) % 200, milli=250 * (1 + i % 4))
+        trace_pod(f"p{i}", i * 7, i * 7 + 300 + (i * 37) % 200, milli=250 * (1 + i % 4))
         for i in range(40)
     ]
-    nodes = _nodes(6, 2)
+    nodes = trace_nodes(6, 2)
     a = dataclasses.replace(_run(pods, nodes, ReplayConfig(), seed=5), seconds=0.0)
     b = dataclasses.replace(_run(pods, nodes, ReplayConfig(), seed=5), seconds=0.0)
     assert repr(a) == repr(b)  # NaN-safe equality
@@ -167,12 +112,12 @@ def test_timeout_before_withdrawal_counts_as_given_up() -> None:
     # withdrawn. Meanwhile the queue retried it as the daemon's does, with no event, once it
     # had been unschedulable for podMaxInUnschedulablePodsDuration (300 s): at 350 and 650.
     pods = [
-        _pod("a", 0, 1000, gpus=2, cpu=1000),
-        _pod("b", 0, 1000, gpus=2, cpu=2000),
-        _pod("c", 50, 900, gpus=2, cpu=3000),
-        _pod("z", 60, 5000, gpus=0),  # the trace's last deletion: a and b do leave
+        trace_pod("a", 0, 1000, gpus=2, cpu=1000),
+        trace_pod("b", 0, 1000, gpus=2, cpu=2000),
+        trace_pod("c", 50, 900, gpus=2, cpu=3000),
+        trace_pod("z", 60, 5000, gpus=0),  # the trace's last deletion: a and b do leave
     ]
-    run = _run(pods, _nodes(2, 2), ReplayConfig(timeout_s=600))
+    run = _run(pods, trace_nodes(2, 2), ReplayConfig(timeout_s=600))
     assert run.retries == 2 and math.isnan(run.starts["c"])
     assert run.gave_up == 1 and run.withdrawn == 0
 
@@ -181,21 +126,21 @@ def test_waiting_pods_at_the_end_are_classified_by_their_first_deadline() -> Non
     # a and b never leave, so nothing ever retries c (deleted by the trace 30 s after it
     # arrived: withdrawn) nor d (never deleted: gives up at its timeout).
     pods = [
-        _pod("a", 0, None, gpus=2, cpu=1000),
-        _pod("b", 0, None, gpus=2, cpu=2000),
+        trace_pod("a", 0, None, gpus=2, cpu=1000),
+        trace_pod("b", 0, None, gpus=2, cpu=2000),
         # Pending in the trace (never placed there), so not kept to the end.
-        dataclasses.replace(_pod("c", 50, 80, gpus=2, cpu=3000), pod_phase="Pending"),
-        _pod("d", 60, None, gpus=2, cpu=4000),
+        dataclasses.replace(trace_pod("c", 50, 80, gpus=2, cpu=3000), pod_phase="Pending"),
+        trace_pod("d", 60, None, gpus=2, cpu=4000),
     ]
-    run = _run(pods, _nodes(2, 2), ReplayConfig(timeout_s=600))
+    run = _run(pods, trace_nodes(2, 2), ReplayConfig(timeout_s=600))
     assert run.withdrawn == 1 and run.gave_up == 1
 
 
 def test_gang_spread_only_while_all_pods_run() -> None:
     # One 1-card node: j0 runs 0..10, j1 (same job) starts at 10 once j0 has left, so the
     # job never has all its pods running at once: no spread interval.
-    pods = [_pod("j0", 0, 10), _pod("j1", 0, 500), _pod("cpu", 100, 2000, gpus=0)]
-    run = _run(pods, _nodes(1, 1), ReplayConfig())
+    pods = [trace_pod("j0", 0, 10), trace_pod("j1", 0, 500), trace_pod("cpu", 100, 2000, gpus=0)]
+    run = _run(pods, trace_nodes(1, 1), ReplayConfig())
     assert run.multi_jobs == 1 and run.starts["j1"] == 10
     assert run.jitter_jobs == 0 and math.isnan(run.jitter_pct)
 
@@ -206,8 +151,8 @@ def test_gang_spread_is_over_distinct_nodes_and_the_job_s_whole_run() -> None:
     # it is averaged over the job's whole run, not only the window [first departure, last
     # arrival] = [50, 100] of the cluster-wide figures.
     nodes = [TraceNode("n0", 32000, 65536, 2, "T4"), TraceNode("n1", 32000, 65536, 1, "T4")]
-    pods = [_pod(f"j{i}", 0, 1000) for i in range(3)]
-    pods += [_pod("early", 0, 50, gpus=0), _pod("cpu", 100, 2000, gpus=0)]
+    pods = [trace_pod(f"j{i}", 0, 1000) for i in range(3)]
+    pods += [trace_pod("early", 0, 50, gpus=0), trace_pod("cpu", 100, 2000, gpus=0)]
     cfg = ReplayConfig()
     idle = rack_layout(nodes, 3, cfg).idle_temperatures
     run = _run(pods, nodes, cfg)
@@ -215,8 +160,12 @@ def test_gang_spread_is_over_distinct_nodes_and_the_job_s_whole_run() -> None:
     assert run.jitter_jobs == 1
     assert run.jitter_pct == pytest.approx(100 * abs(hot[0] - hot[1]) / (sum(hot) / 2), rel=1e-4)
     # Only the job's own run counts: a job running entirely after the window is measured.
-    late = [_pod("x", 0, 10, gpus=0), _pod("y", 5, 20, gpus=0), _pod("z", 6, 5000, gpus=0, cpu=500)]
-    late += [_pod(f"k{i}", 30, 900) for i in range(3)]
+    late = [
+        trace_pod("x", 0, 10, gpus=0),
+        trace_pod("y", 5, 20, gpus=0),
+        trace_pod("z", 6, 5000, gpus=0, cpu=500),
+    ]
+    late += [trace_pod(f"k{i}", 30, 900) for i in range(3)]
     # window = [first departure 10, last arrival 30]: the job starts at 30, at the end.
     run = _run(late, nodes, cfg)
     assert run.jitter_jobs == 1
