@@ -82,7 +82,9 @@ class Decision:
 
     @property
     def message(self) -> str:
-        if self.diagnosis is not None and self.result is Result.UNSCHEDULABLE:
+        """kube-scheduler's "0/N nodes are available: ..." when no node passed PreFilter and
+        Filter; otherwise what the plugin that rejected the pod said (Reserve, Permit)."""
+        if self.diagnosis is not None and self.result is Result.UNSCHEDULABLE and not self.feasible:
             return self.diagnosis.message()
         return self.status.message()
 
@@ -173,7 +175,7 @@ class ScheduleOne:
         unschedulable = decision.result is Result.UNSCHEDULABLE
         self.queue.requeue(info, unschedulable=unschedulable, rejected_by=decision.rejected_by)
         if unschedulable:
-            self._finished(info, decision, Outcome.UNSCHEDULABLE, decision.message, None)
+            self._finished(info, decision, Outcome.UNSCHEDULABLE, None, None)
         else:
             message = f"scheduler error: {decision.status}"
             self._finished(info, decision, Outcome.ERROR, message, None)
@@ -279,7 +281,7 @@ class ScheduleOne:
         if st.is_wait():
             decision.result = Result.WAITING
         elif not st.is_success():
-            self._unwind(fw, decision, freed=False)
+            self._unwind(fw, decision)  # kube-scheduler sends no event here either
             decision.result = Result.UNSCHEDULABLE if st.is_rejected() else Result.ERROR
             decision.rejected_by = _plugin(st)
         return decision
@@ -287,8 +289,9 @@ class ScheduleOne:
     # -- the binding cycle ------------------------------------------------------------------
 
     async def bind(self, info: QueuedPodInfo, decision: Decision) -> Outcome:
-        """Wait at Permit, then PreBind, Bind, PostBind. Never raises for a failed binding:
-        the placement is undone and the pod requeued (or dropped) here."""
+        """Wait at Permit, then PreBind, Bind, PostBind. Never raises for a failed binding
+        nor for a bug after it: the placement is undone and the pod requeued (or dropped)
+        here. Only cancellation propagates, after undoing the placement."""
         fw = self.frameworks[decision.pod.scheduler_name]
         pod, node, state = decision.pod, decision.node, decision.state
         tb = time.perf_counter_ns()
@@ -302,46 +305,49 @@ class ScheduleOne:
             st = Status(Code.ERROR, (f"binding cycle raised {exc!r}",), "", exc)
         except BaseException:
             # Cancelled (shutdown, lost lease): undo the placement; the next leader retries.
-            if self.cache.is_assumed(pod.uid):
-                self._unwind(fw, decision, freed=True)
+            if self._unwind(fw, decision):
+                self._freed(pod.uid)
             raise
-        if not st.is_success():
-            return self._bind_failed(info, decision, st, tb)
+        try:
+            if not st.is_success():
+                return self._bind_failed(info, decision, st, tb)
+            # Bound: the bookkeeping first, so nothing after it (PostBind, a cancellation)
+            # can leave the pod in flight. The pod stays assumed until the watch confirms it.
+            self.bound += 1
+            self.cache.set_deadline(pod.uid, self.clock() + self.assume_ttl)
+            self.queue.done(pod.uid)
+            cards = decision.alloc.cards if decision.alloc else ()
+            where = node + (f" (cards {','.join(map(str, cards))})" if cards else "")
+            self._finished(info, decision, Outcome.BOUND, f"bound to {where}", _us(tb))
+        except Exception as exc:  # a scheduler bug after the binding cycle: log, retry
+            _log.exception("finishing the binding of %s raised", pod.key)
+            self.queue.requeue(info, unschedulable=False)
+            self._raised(info, exc)
+            return Outcome.ERROR
         await fw.run_post_bind(state, pod, node)
-        self.bound += 1
-        # The watch confirms the pod; until then it stays assumed (with a deadline only if
-        # the configuration asks for one).
-        self.cache.set_deadline(pod.uid, self.clock() + self.assume_ttl)
-        self.queue.done(pod.uid)
-        cards = decision.alloc.cards if decision.alloc else ()
-        where = node + (f" (cards {','.join(map(str, cards))})" if cards else "")
-        self._finished(info, decision, Outcome.BOUND, f"bound to {where}", _us(tb))
         return Outcome.BOUND
 
     def _bind_failed(self, info: QueuedPodInfo, decision: Decision, st: Status, tb: int) -> Outcome:
         fw = self.frameworks[decision.pod.scheduler_name]
-        if self.cache.is_assumed(decision.pod.uid):
-            self._unwind(fw, decision, freed=False)
+        uid = decision.pod.uid
+        freed = self._unwind(fw, decision)
         decision.status = st
         message = st.message() or str(st)
         if ends_attempt(st) or info.deleted:
             # Gone or already bound: nothing to retry, and no storm of 409s.
             decision.result = Result.ERROR
-            self.queue.done(decision.pod.uid)
-            self._freed(decision.pod.uid)
+            self.queue.done(uid)
+            if freed:
+                self._freed(uid)
             self._finished(info, decision, Outcome.DROPPED, message, _us(tb))
             return Outcome.DROPPED
         rejected = st.is_rejected()
         # kube-scheduler: a rejected pod is parked before the freed capacity moves others,
         # so the event does not send the pod that just failed straight back.
-        if rejected:
-            decision.result = Result.UNSCHEDULABLE
-            self.queue.requeue(info, unschedulable=True, rejected_by=_plugin(st))
-            self._freed(decision.pod.uid)
-        else:
-            decision.result = Result.ERROR
-            self._freed(decision.pod.uid)
-            self.queue.requeue(info, unschedulable=False, rejected_by=_plugin(st))
+        decision.result = Result.UNSCHEDULABLE if rejected else Result.ERROR
+        self.queue.requeue(info, unschedulable=rejected, rejected_by=_plugin(st))
+        if freed:
+            self._freed(uid)
         outcome = Outcome.UNSCHEDULABLE if rejected else Outcome.BIND_FAILED
         if not rejected:
             message = f"binding rejected: {message}"
@@ -355,13 +361,15 @@ class ScheduleOne:
         info: QueuedPodInfo,
         decision: Decision,
         outcome: Outcome,
-        message: str,
+        message: str | None,
         bind_us: Mapping[str, float] | None,
     ) -> None:
         # The pod's fate is settled before the report; a failing report (a logging or
-        # metrics bug) must not undo that nor stop the loop.
+        # metrics bug, a malformed filter result met while counting reasons) must not undo
+        # that nor stop the loop. None: the decision's own message.
         try:
-            self.observer.finished(info, decision, outcome, message, bind_us)
+            text = decision.message if message is None else message
+            self.observer.finished(info, decision, outcome, text, bind_us)
         except Exception:
             _log.exception("reporting the attempt of %s raised", info.pod.key)
 
@@ -373,15 +381,18 @@ class ScheduleOne:
 
     # -- unwinding --------------------------------------------------------------------------
 
-    def _unwind(self, fw: Framework, decision: Decision, *, freed: bool) -> None:
-        """Undo an assumed placement: Unreserve, forget the pod, drop it from Permit; with
-        `freed`, also tell the queue the capacity is free again."""
+    def _unwind(self, fw: Framework, decision: Decision) -> bool:
+        """Undo a placement whose binding failed: Unreserve (always: the pod may already be
+        gone from the cache, deleted while it waited, but its reservations are not), drop
+        it from Permit, forget the assumed pod. True if that freed capacity in the cache.
+        A pod the watch has confirmed as bound is never touched."""
         pod = decision.pod
+        entry = self.cache.get(pod.uid)
+        if entry is not None and not entry.assumed:
+            return False  # the Binding landed after all: the API's truth, nothing to undo
         fw.run_unreserve(decision.state, pod, decision.node)
-        self.cache.forget(pod.uid)
         fw.waiting.remove(pod.uid)
-        if freed:
-            self._freed(pod.uid)
+        return self.cache.forget(pod.uid) is not None
 
     def _freed(self, uid: str) -> None:
         self.queue.move_all(ClusterEvent.ASSIGNED_POD_DELETE, exclude=uid)

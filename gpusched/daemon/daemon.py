@@ -236,7 +236,8 @@ class Daemon:
         finally:
             self.queue.close()
             if loop_task is not None:
-                await loop_task
+                # A loop that died has been reported by _until; the cleanup below must run.
+                await asyncio.gather(loop_task, return_exceptions=True)
             await self._drain()
             if self.elector is not None and elector_task is not None:
                 # Only now, with the bindings done: releasing earlier would let a standby

@@ -22,7 +22,15 @@ class Tasks:
         """A binding cycle; kept until done so shutdown can wait for it."""
         task = asyncio.create_task(coro, name=name)
         self.bindings.add(task)
-        task.add_done_callback(self.bindings.discard)
+        task.add_done_callback(self._binding_done)
+
+    def _binding_done(self, task: asyncio.Task[Any]) -> None:
+        self.bindings.discard(task)
+        # ScheduleOne.bind handles its own failures; an exception here is a bug to see.
+        if not task.cancelled() and task.exception() is not None:
+            self.log.error(
+                "binding task raised", task=task.get_name(), error=repr(task.exception())
+            )
 
     def spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
         """A side write; a failure is logged, never raised into the scheduler."""

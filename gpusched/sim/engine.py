@@ -224,9 +224,22 @@ class Simulation:
         self.queue.flush()
         self.run()
 
+    def next_wakeup(self) -> float | None:
+        """When `advance` next has something to do without a new event: a backoff ends, a
+        long-unschedulable pod is due a retry, or a pod waiting at Permit times out."""
+        times = [wp.deadline for wp in self.fw.waiting if not wp.done]
+        if (queued := self.queue.next_wakeup()) is not None:
+            times.append(queued)
+        return min(times) if times else None
+
     def withdraw(self, uid: str) -> None:
-        """A queued pod leaves without ever being placed (deleted before it started)."""
+        """A pod that has not started leaves (deleted before it started): out of the queue,
+        and rejected if it waits at Permit, as the daemon's watch handler does."""
         self.queue.delete(uid)
+        waiting = self.fw.waiting.get(uid)
+        if waiting is not None:
+            waiting.reject("", f"pod {uid} was withdrawn")
+            self.run()  # its binding cycle resumes, fails and unwinds
 
     def delete(self, uid: str) -> None:
         """A placed pod leaves (the watch's DELETED): capacity freed, waiting pods moved."""

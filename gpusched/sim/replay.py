@@ -221,7 +221,7 @@ def replay(
         t_depart = departures[0][0] if departures else inf
         t_arrive = pods[a].arrival if a < n else inf
         t_deadline = deadlines[0][0] if deadlines else inf
-        wakeup = sim.queue.next_wakeup()
+        wakeup = sim.next_wakeup()
         t_wake = wakeup if wakeup is not None else inf
         t = min(t_depart, t_arrive, t_deadline, t_wake)
         if t == inf or (t == t_deadline and a >= n and not departures and wakeup is None):
@@ -259,7 +259,12 @@ def replay(
                     withdrawn[i] = withdrawn_first(i)
                     gave_up[i] = not withdrawn_first(i)
         else:
-            sim.advance(t)  # a backoff ends: the daemon's ticker retries the pod
+            # A backoff ends, a leftover check is due or a Permit wait times out: what the
+            # daemon's ticker would do then.
+            sim.advance(t)
+            after = sim.next_wakeup()
+            if after is not None and after <= t:
+                raise RuntimeError(f"replay: the queue's wakeup at {t} did nothing; stopping")
         hottest_max = max(hottest_max, hottest())
     seconds = time.perf_counter() - t0
     # Pods still waiting at the end never start (nothing changes after the last event):

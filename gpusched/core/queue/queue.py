@@ -82,7 +82,11 @@ class SchedulingQueue:
         self._move_seq = 0
         self._closed = False
         self._wakeup: asyncio.Event | None = None
-        self._last_leftover = clock()
+        # When the next leftover check is due. One stored instant, compared the same way by
+        # flush and next_wakeup: recomputing "last + interval" in one and "now - last" in the
+        # other disagrees by a rounding error, and a virtual clock stopped at next_wakeup
+        # would then never see the check run.
+        self._next_leftover = clock() + self._leftover_interval
 
     # -- the watch's side -------------------------------------------------------------------
 
@@ -196,13 +200,17 @@ class SchedulingQueue:
         for info in self.backoff.pop_expired(now):
             self._to_active(info, now)
             moved += 1
-        if now - self._last_leftover >= min(LEFTOVER_CHECK_SECONDS, self.max_unschedulable):
-            self._last_leftover = now
-            for info in self.unschedulable.older_than(now - self.max_unschedulable):
+        if now >= self._next_leftover:
+            self._next_leftover = now + self._leftover_interval
+            for info in self.unschedulable.parked_until(self.max_unschedulable, now):
                 self.unschedulable.remove(info.uid)
                 self._requeue_moved(info, now)
                 moved += 1
         return moved
+
+    @property
+    def _leftover_interval(self) -> float:
+        return min(LEFTOVER_CHECK_SECONDS, self.max_unschedulable)
 
     def next_wakeup(self) -> float | None:
         """When `flush` next has something to do (None: nothing pending): a backoff ends, or
@@ -212,8 +220,7 @@ class SchedulingQueue:
         if (backoff := self.backoff.next_expiry()) is not None:
             times.append(backoff)
         if (oldest := self.unschedulable.oldest()) is not None:
-            check = self._last_leftover + min(LEFTOVER_CHECK_SECONDS, self.max_unschedulable)
-            times.append(max(oldest.timestamp + self.max_unschedulable, check))
+            times.append(max(oldest.timestamp + self.max_unschedulable, self._next_leftover))
         return min(times) if times else None
 
     def close(self) -> None:

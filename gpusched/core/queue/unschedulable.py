@@ -15,5 +15,7 @@ class UnschedulablePods(PodMap):
         the clock's current time and the clock never goes back."""
         return next(iter(self._by_uid.values()), None)
 
-    def older_than(self, cutoff: float) -> list[QueuedPodInfo]:
-        return [i for i in self._by_uid.values() if i.timestamp <= cutoff]
+    def parked_until(self, duration: float, now: float) -> list[QueuedPodInfo]:
+        """Pods parked for at least `duration` by `now`, computed as next_wakeup computes
+        the instant (timestamp + duration), so a clock stopped there finds them."""
+        return [i for i in self._by_uid.values() if i.timestamp + duration <= now]

@@ -383,3 +383,51 @@ async def test_cancelled_binding_undoes_the_placement() -> None:
     with pytest.raises(asyncio.CancelledError):
         await binding
     assert rig.cache.get("uid-p") is None and "Unreserve" in rig.probe.calls
+
+
+async def test_a_pod_deleted_while_waiting_is_still_unreserved() -> None:
+    """The watch's DELETED removes the assumed pod from the cache first; its Reserve
+    plugins must still hear Unreserve (a gang's or a quota's reservation would leak)."""
+    rig = Rig(wait=True)
+    info = rig.pod()
+    d = rig.s1.attempt(info)
+    assert d is not None and d.result is Result.WAITING
+    binding = asyncio.ensure_future(rig.s1.bind(info, d))
+    await asyncio.sleep(0)
+    # What core/events.py does on the watch's DELETED.
+    rig.cache.remove_pod("uid-p")
+    rig.queue.delete("uid-p")
+    wp = rig.fw.waiting.get("uid-p")
+    assert wp is not None
+    wp.reject("", "pod ns/p was deleted")
+    assert await binding is Outcome.DROPPED
+    assert rig.probe.calls[-1] == "Unreserve"
+    assert rig.queue.where("uid-p") == ""
+
+
+async def test_a_binding_the_watch_already_confirmed_is_not_undone() -> None:
+    """Bind reported a failure (a timeout) but the watch shows the pod bound: the API is
+    the truth, its cards stay charged and no Unreserve runs."""
+    rig = Rig()
+    rig.cluster.answer = Status(Code.ERROR, ("timeout",))
+    info = rig.pod()
+    d = rig.s1.attempt(info)
+    assert d is not None
+    confirmed = dataclasses.replace(info.pod, node_name="n1", gpu_ids=(0,))
+    rig.cache.add_or_update_pod(confirmed)
+    await rig.s1.bind(info, d)
+    assert "Unreserve" not in rig.probe.calls
+    entry = rig.cache.get("uid-p")
+    assert entry is not None and not entry.assumed
+
+
+@pytest.mark.parametrize(("point", "says"), [("Reserve", "no cards"), ("Permit", "gang")])
+def test_a_rejection_after_filter_is_reported_in_the_plugins_words(point: str, says: str) -> None:
+    """Nodes passed Filter, so "0/N nodes are available" would be false: the message is
+    what the rejecting plugin said."""
+    rig = Rig(reject_at=point)
+    info = rig.pod()
+    d = rig.s1.attempt(info)
+    assert d is not None and d.feasible == 2
+    assert says in d.message and "nodes are available" not in d.message
+    assert says in rig.observed.ended[-1][2]

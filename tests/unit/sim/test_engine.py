@@ -201,3 +201,24 @@ def test_submitting_a_pod_twice_is_refused() -> None:
     sim.submit(make_pod("p"))
     with pytest.raises(ValueError, match="already submitted"):
         sim.submit(make_pod("p"))
+
+
+def test_a_withdrawn_pod_waiting_at_permit_is_rejected_and_undone() -> None:
+    """As the daemon's watch handler does for a deleted pod: it never binds later."""
+    sim = gated_sim()
+    sim.submit(make_pod("p"))
+    assert sim.cache.is_assumed("uid-p")
+    sim.withdraw("uid-p")
+    assert sim.cache.get("uid-p") is None and "uid-p" not in sim.cluster.bound
+    assert sim.queue.where("uid-p") == "" and sim.fw.waiting.get("uid-p") is None
+
+
+def test_next_wakeup_includes_permit_timeouts() -> None:
+    """A clock that only stops at next_wakeup must still time a Permit wait out."""
+    sim = gated_sim()
+    sim.submit(make_pod("p"))
+    due = sim.next_wakeup()
+    assert due == 5.0  # Gate waits 5 s from t=0
+    sim.advance(due)
+    assert sim.cache.get("uid-p") is None
+    assert sim.queue.where("uid-p") == "unschedulable"

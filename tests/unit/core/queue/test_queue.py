@@ -243,3 +243,27 @@ def test_unchanged_pod_during_the_attempt_is_still_parked(
     again = queue.pop_nowait()
     assert again is info
     assert queue.requeue(again, unschedulable=True, rejected_by=[POD_SPEC]) == UNSCHEDULABLE
+
+
+@pytest.mark.parametrize("a", [524266.7282152109, 1000.0])
+def test_a_clock_stopped_at_next_wakeup_always_finds_work(clock: Clock, a: float) -> None:
+    """The simulator advances its virtual clock to next_wakeup(); flush must then do what
+    was due. Near 2**19, (a + 30) - a < 30 in binary64: recomputing the instant two ways
+    left the leftover check forever due and never run (the replay spun in place)."""
+    clock.t = a - 280
+    q = SchedulingQueue(PrioritySort(None, None).less, clock, max_unschedulable=300.0)
+    q.add(pod("p"))
+    info = q.pop_nowait()
+    assert info is not None
+    q.requeue(info, unschedulable=True)  # parked at a - 280: due a retry at a + 20
+    clock.t = a
+    assert q.flush() == 0  # a leftover check runs at a: too early for the pod
+    for _ in range(3):
+        due = q.next_wakeup()
+        assert due is not None and due > clock.t, (due, clock.t)
+        clock.t = due
+        if q.flush():
+            break
+    else:
+        raise AssertionError(f"next_wakeup kept pointing at {due} with nothing to flush")
+    assert q.where("uid-p") in (ACTIVE, BACKOFF)
