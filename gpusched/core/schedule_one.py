@@ -98,9 +98,13 @@ class Observer(Protocol):
         info: QueuedPodInfo,
         decision: Decision,
         outcome: Outcome,
-        message: str,
+        message: str | None,
         bind_us: Mapping[str, float] | None,
-    ) -> None: ...
+    ) -> None:
+        """`message` None: the decision's own (`decision.message`, kube-scheduler's "0/N
+        nodes are available: ..."), left to the observer to compute: the simulator never
+        reads it, and counting the rejection reasons costs ~60 us a pod."""
+        ...
 
     def raised(self, info: QueuedPodInfo, exc: Exception) -> None:
         """An attempt raised (a scheduler bug): it cost this attempt, nothing else."""
@@ -113,7 +117,7 @@ class NullObserver:
         info: QueuedPodInfo,
         decision: Decision,
         outcome: Outcome,
-        message: str,
+        message: str | None,
         bind_us: Mapping[str, float] | None,
     ) -> None:
         return None
@@ -366,10 +370,9 @@ class ScheduleOne:
     ) -> None:
         # The pod's fate is settled before the report; a failing report (a logging or
         # metrics bug, a malformed filter result met while counting reasons) must not undo
-        # that nor stop the loop. None: the decision's own message.
+        # that nor stop the loop.
         try:
-            text = decision.message if message is None else message
-            self.observer.finished(info, decision, outcome, text, bind_us)
+            self.observer.finished(info, decision, outcome, message, bind_us)
         except Exception:
             _log.exception("reporting the attempt of %s raised", info.pod.key)
 

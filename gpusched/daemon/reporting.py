@@ -48,11 +48,13 @@ class Reporter:
         info: QueuedPodInfo,
         decision: Decision,
         outcome: Outcome,
-        message: str,
+        message: str | None,
         bind_us: Mapping[str, float] | None,
     ) -> None:
         pod = decision.pod
         profile = pod.scheduler_name
+        if message is None:
+            message = decision.message
         self._observe_plugins(profile)
         if outcome in _BINDINGS:
             self.metrics.bindings.labels(_BINDINGS[outcome]).inc()

@@ -103,7 +103,7 @@ class _Observer(NullObserver):
         info: QueuedPodInfo,
         decision: Decision,
         outcome: Outcome,
-        message: str,
+        message: str | None,
         bind_us: Mapping[str, float] | None,
     ) -> None:
         if outcome in (Outcome.ERROR, Outcome.BIND_FAILED):

@@ -117,10 +117,12 @@ class Observed:
         info: QueuedPodInfo,
         decision: Decision,
         outcome: Outcome,
-        message: str,
+        message: str | None,
         bind_us: Mapping[str, float] | None,
     ) -> None:
-        self.ended.append((info.pod.name, outcome, message))
+        self.ended.append(
+            (info.pod.name, outcome, decision.message if message is None else message)
+        )
 
     def raised(self, info: QueuedPodInfo, exc: Exception) -> None:
         self.errors.append(exc)
