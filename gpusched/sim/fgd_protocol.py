@@ -222,7 +222,7 @@ def run_seed(
         sim.fw.tie_break = uniform_choice(seed)
     elif tie_break != "node-order":
         raise ValueError(f"tie_break must be one of {', '.join(TIE_BREAKS)}, got {tie_break!r}")
-    pods = workload_pods(wl.pods)
+    pods = workload_pods(wl.pods, profile.scheduler_name)
     capacity = sim.snapshot.gpu_milli_capacity()
     n = len(pods)
     arrived = np.empty(n, np.int64)

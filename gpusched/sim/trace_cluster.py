@@ -126,6 +126,10 @@ def pod_info(
     )
 
 
-def workload_pods(pods: Sequence[WorkloadPod]) -> list[PodInfo]:
-    """An FGD arrival sequence as pods (uid = the arrival's name, unique by construction)."""
-    return [pod_info(p.name, p.source) for p in pods]
+def workload_pods(
+    pods: Sequence[WorkloadPod], scheduler_name: str = keys.SCHEDULER_NAME
+) -> list[PodInfo]:
+    """An FGD arrival sequence as pods (uid = the arrival's name, unique by construction),
+    asking for `scheduler_name` (the measured profile: the simulator's queue, like the
+    daemon's, only takes pods that name one of its profiles)."""
+    return [pod_info(p.name, p.source, scheduler_name=scheduler_name) for p in pods]
