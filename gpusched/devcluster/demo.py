@@ -184,6 +184,12 @@ async def wait_settled(
     try:
         await asyncio.wait_for(run(), timeout)
     except TimeoutError:
+        if until is not None:
+            raise TimeoutError(
+                f"after {timeout:.0f}s the condition on the pods of {namespace} still does not"
+                f" hold ({sum(1 for n in want if n in pods and done(pods[n]))} of {len(want)}"
+                " settled)"
+            ) from None
         pending = sorted(n for n in want if n not in pods or not done(pods[n]))
         raise TimeoutError(
             f"after {timeout:.0f}s {len(pending)} pod(s) of {namespace} are still pending:"

@@ -54,7 +54,12 @@ async def test_restart_in_the_middle_of_a_burst(
     cluster: LocalCluster, kube: Kube, namespace: str, tmp_path: Path
 ) -> None:
     pool = pool_name()
-    nodes = [pool_node(s, pool) for s in pool_specs(pool, 20)]
+    # 30 nodes (180 cards, 80 of them A100) for about 82 whole cards and 28 shares: all 80
+    # pods must fit whatever order the two daemons place them in. With 20 (124 cards, 56
+    # A100) unconstrained pods placed first could take every A100 card an A100-only pod
+    # needs, which no event ever frees (no preemption yet): the pod then waited for the
+    # 5-minute unschedulable flush and the test timed out (seen once in five runs).
+    nodes = [pool_node(s, pool) for s in pool_specs(pool, 30)]
     config = tmp_path / "config.yaml"
     # A slow client makes the burst last long enough to kill the daemon in its middle.
     # Leader election stays on, with a private Lease and short timings: the killed daemon
