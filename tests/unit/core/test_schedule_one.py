@@ -433,3 +433,42 @@ def test_a_rejection_after_filter_is_reported_in_the_plugins_words(point: str, s
     assert d is not None and d.feasible == 2
     assert says in d.message and "nodes are available" not in d.message
     assert says in rig.observed.ended[-1][2]
+
+
+async def test_a_bind_plugin_raising_unwinds_and_backs_off(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    rig = Rig()
+
+    async def boom(pod: PodInfo, node: str) -> Status:
+        raise ConnectionError("bind bug")
+
+    monkeypatch.setattr(rig.cluster, "bind", boom)
+    info = rig.pod()
+    d = rig.s1.attempt(info)
+    assert d is not None
+    assert await rig.s1.bind(info, d) is Outcome.BIND_FAILED
+    assert "Binder Bind raised ConnectionError('bind bug')" in rig.observed.ended[-1][2]
+    assert rig.cache.get("uid-p") is None and rig.probe.calls[-1] == "Unreserve"
+    assert rig.queue.where("uid-p") == "backoff"
+
+
+async def test_a_post_bind_plugin_raising_leaves_the_pod_bound(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """PostBind is informational: the pod is bound, its bookkeeping done before it runs."""
+    rig = Rig()
+
+    class Raises:
+        name = "Raises"
+
+        async def post_bind(self, state: CycleState, pod: PodInfo, node: str) -> None:
+            raise RuntimeError("post-bind bug")
+
+    monkeypatch.setattr(rig.fw, "post_bind", [Raises()])
+    info = rig.pod()
+    d = rig.s1.attempt(info)
+    assert d is not None
+    assert await rig.s1.bind(info, d) is Outcome.BOUND
+    assert rig.cache.is_assumed("uid-p") and rig.queue.where("uid-p") == ""
+    assert rig.observed.ended[-1][1] is Outcome.BOUND
