@@ -169,6 +169,8 @@ def pod_resource_requests(spec: Mapping[str, Any], errors: list[str]) -> dict[st
 
 
 _INTEGER = re.compile(r"[+-]?[0-9]+")
+_CARD_INDEX = re.compile(r"[0-9]{1,2}")
+MAX_CARD_IDS = 64
 # No annotation count or size is near this; beyond int64 the kernels cannot take the value.
 MAX_ANNOTATION_INT = 2**31 - 1
 _OWN_PREFIX = keys.GPU_MILLI.split("/", 1)[0] + "/"
@@ -218,11 +220,16 @@ def _parse_time(raw: Any) -> float:
 
 
 def parse_gpu_ids(raw: str) -> tuple[int, ...]:
-    """'0,1,3' -> (0, 1, 3); raises ValueError naming the bad part."""
+    """'0,1,3' -> (0, 1, 3); raises ValueError naming the bad part. Strict: a pod owner can
+    write this annotation, and str.isdigit() also takes '²' (which int() then refuses) and
+    '٣' (which it takes): only ASCII indices 0-99, at most 64 of them."""
+    parts = raw.split(",")
+    if len(parts) > MAX_CARD_IDS:
+        raise ValueError(f"more than {MAX_CARD_IDS} card indices")
     ids: list[int] = []
-    for raw_part in raw.split(","):
+    for raw_part in parts:
         part = raw_part.strip()
-        if not part.isdigit():
+        if not _CARD_INDEX.fullmatch(part):
             raise ValueError(f"{part!r} is not a card index")
         ids.append(int(part))
     if len(set(ids)) != len(ids):

@@ -20,6 +20,7 @@ what a device plugin handing out free cards does in effect; such pods are counte
 
 from __future__ import annotations
 
+import re
 from collections import Counter, deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -28,9 +29,12 @@ import numpy as np
 
 from gpusched.core.cache.snapshot import Snapshot
 from gpusched.framework.interfaces import Allocation, Rows
+from gpusched.model import keys
 from gpusched.model.node import FULL_CARD_MILLI, NodeModel
 from gpusched.model.pod import PodInfo
 from gpusched.model.share import share_on_card
+
+_MILLI = re.compile(r"[0-9]{1,4}")  # gpu-milli-assigned: 0-9999, clamped to a card later
 
 
 @dataclass(slots=True)
@@ -131,11 +135,14 @@ class ClusterCache:
                 return
             self._drop(pod.uid)
         entry = PodEntry(pod, None, node=pod.node_name)
+        row = self.snapshot.row_of(pod.node_name)
+        # All or nothing: the allocation is worked out before anything is inserted, so a
+        # failure leaves no entry whose usage is never counted.
+        found = self._allocation_of(pod, row) if row >= 0 else None
         self.pods[pod.uid] = entry
         self._by_node.setdefault(pod.node_name, set()).add(pod.uid)
-        row = self.snapshot.row_of(pod.node_name)
-        if row >= 0:
-            self._apply(entry, row)
+        if found is not None:
+            self._charge(entry, *found)
 
     def remove_pod(self, uid: str) -> None:
         if uid in self.pods:
@@ -169,7 +176,9 @@ class ClusterCache:
     # -- internals -------------------------------------------------------------------------
 
     def _apply(self, entry: PodEntry, row: int) -> None:
-        alloc, inferred = self._allocation_of(entry.pod, row)
+        self._charge(entry, *self._allocation_of(entry.pod, row))
+
+    def _charge(self, entry: PodEntry, alloc: Allocation, inferred: bool) -> None:
         entry.inferred = inferred
         if inferred:
             self.stats.inferred += 1
@@ -250,8 +259,10 @@ class ClusterCache:
         for c in ids:
             m, mm = share_on_card(req, int(snap.card_total_mem[row, c]))
             if req.gpu_cards == 0:
-                assigned = pod.annotations.get("gpusched.io/gpu-milli-assigned")
-                if assigned is not None and str(assigned).isdigit():
+                assigned = pod.annotations.get(keys.GPU_MILLI_ASSIGNED)
+                # ASCII digits only: isdigit() also takes '²', which int() refuses (the
+                # pod would be half-inserted, never charged).
+                if assigned is not None and _MILLI.fullmatch(str(assigned)):
                     m = int(assigned)
             milli.append(max(0, min(m, FULL_CARD_MILLI)))
             mem.append(max(0, mm))

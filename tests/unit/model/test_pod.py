@@ -5,7 +5,7 @@ from typing import Any
 import pytest
 
 from gpusched.model import keys
-from gpusched.model.pod import GpuKind, NVLink, pod_from_k8s
+from gpusched.model.pod import GpuKind, NVLink, parse_gpu_ids, pod_from_k8s
 
 GI = 2**30
 
@@ -205,3 +205,20 @@ def test_other_prefixes_and_known_keys_are_not_flagged() -> None:
         "kubectl.kubernetes.io/last-applied-configuration": "{}",
     }
     assert pod_from_k8s(pod([c("1")], annotations=ann)).errors == ()
+
+
+@pytest.mark.parametrize(
+    ("raw", "why"),
+    [
+        ("\u00b2", "is not a card index"),  # '²': str.isdigit() is True, int() raises
+        ("\u0661", "is not a card index"),  # Arabic-Indic one: int() would take it as 1
+        ("1_0", "is not a card index"),
+        ("100", "is not a card index"),  # at most 64 cards a node: two digits
+        (",".join(["0"] * 65), "more than 64"),
+        ("1,1", "appears twice"),
+    ],
+)
+def test_gpu_ids_are_plain_ascii_card_indices(raw: str, why: str) -> None:
+    with pytest.raises(ValueError, match=why):
+        parse_gpu_ids(raw)
+    assert parse_gpu_ids("0, 7,63") == (0, 7, 63)

@@ -5,10 +5,12 @@ from __future__ import annotations
 from dataclasses import replace
 
 import numpy as np
+import pytest
 
 from gpusched.core.cache.cache import ClusterCache
 from gpusched.core.cache.snapshot import Snapshot
 from gpusched.framework import Allocation
+from gpusched.model import keys
 from gpusched.model.node import Card
 from tests.builders import cache_with, gpu_node, make_pod
 
@@ -194,3 +196,25 @@ def test_allowed_models_sees_the_first_model_to_appear() -> None:
     assert not snap.allowed_models(("A100",)).any()  # no GPU node known yet
     snap.upsert_node(gpu_node("a", model="A100"))
     assert snap.allowed_models(("A100",)).tolist() == [True]
+
+
+@pytest.mark.parametrize("assigned", ["\u00b2", "\u0663", "2_50", "12345", "-1", " 250"])
+def test_a_bound_pods_odd_milli_assigned_is_never_trusted_nor_half_inserted(
+    assigned: str,
+) -> None:
+    """A pod owner can write gpu-milli-assigned. '²' passes str.isdigit() and then int()
+    raised, leaving an entry whose CPU and GPU were never counted; '٣' (Arabic-Indic 3) was
+    taken as 3. Anything but ASCII digits is ignored: the pod is charged its own request."""
+    c = cache_with("a")
+    row = c.snapshot.row_of("a")
+    pod = replace(
+        make_pod("s", cpu_milli=2000, gpu_milli=250),
+        node_name="a",
+        gpu_ids=(2,),
+        annotations={keys.GPU_MILLI_ASSIGNED: assigned},
+    )
+    c.add_or_update_pod(pod)
+    entry = c.get(pod.uid)
+    assert entry is not None and entry.alloc is not None
+    assert c.snapshot.card_free_milli[row, 2] == 750
+    assert c.snapshot.node_cpu_free[row] == 62_000
