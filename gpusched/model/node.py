@@ -78,6 +78,13 @@ def _quantity(res: Mapping[str, Any], name: str, parse: Any, default: int) -> tu
         return default, f"status.allocatable[{name!r}]: {exc}"
 
 
+# Bounds on what a node's own data can make us allocate or store. Far above any real node
+# (the scheduler uses at most maxCardsPerNode <= 63 cards; card memory lives in int32
+# columns), low enough that `nvidia.com/gpu: 1e8` cannot build 10^8 objects first.
+MAX_PARSED_CARDS = 1024
+MAX_CARD_MEMORY_MIB = 2**31 - 1
+
+
 def _parse_inventory(raw: str) -> tuple[tuple[Card, ...], str]:
     """Cards from the gpusched.io/gpu-inventory JSON; ("", error) names what is wrong."""
     try:
@@ -86,6 +93,11 @@ def _parse_inventory(raw: str) -> tuple[tuple[Card, ...], str]:
         return (), f"annotation {keys.GPU_INVENTORY} is not valid JSON ({exc})"
     if not isinstance(data, list):
         return (), f"annotation {keys.GPU_INVENTORY} must be a JSON list, got {type(data).__name__}"
+    if len(data) > MAX_PARSED_CARDS:
+        return (
+            (),
+            f"annotation {keys.GPU_INVENTORY} lists {len(data)} cards (at most {MAX_PARSED_CARDS})",
+        )
     cards: list[Card] = []
     seen: set[int] = set()
     for pos, item in enumerate(data):
@@ -99,8 +111,12 @@ def _parse_inventory(raw: str) -> tuple[tuple[Card, ...], str]:
         if index in seen:
             return (), f"{where}.index={index} appears twice"
         seen.add(index)
-        if not isinstance(memory, int) or isinstance(memory, bool) or memory < 0:
-            return (), f"{where}.memoryMiB={memory!r} must be a non-negative integer"
+        if (
+            not isinstance(memory, int)
+            or isinstance(memory, bool)
+            or not 0 <= memory <= MAX_CARD_MEMORY_MIB
+        ):
+            return (), f"{where}.memoryMiB={memory!r} must be an integer in [0, 2^31-1]"
         island = item.get("nvlinkIsland", -1)
         numa = item.get("numa", -1)
         healthy = item.get("healthy", True)
@@ -138,6 +154,9 @@ def _gfd_cards(labels: Mapping[str, str], gpus: int) -> tuple[tuple[Card, ...], 
         memory = int(mem_raw)
     except ValueError:
         warnings.append(f"label {keys.GFD_MEMORY}={mem_raw!r} is not an integer MiB; using 0")
+        memory = 0
+    if not 0 <= memory <= MAX_CARD_MEMORY_MIB:
+        warnings.append(f"label {keys.GFD_MEMORY}={mem_raw!r} is out of range; using 0")
         memory = 0
     if memory == 0:
         warnings.append("GPU memory unknown: pods asking for GPU memory will not fit here")
@@ -181,7 +200,12 @@ def node_from_k8s(obj: Mapping[str, Any], topo: TopologyKeys | None = None) -> N
                     f"label {keys.GFD_COUNT}={labels.get(keys.GFD_COUNT)!r} is not an integer"
                 )
                 count = 0
-        if count > 0:
+        if count > MAX_PARSED_CARDS:
+            warnings.append(
+                f"{count} GPUs advertised, more than any node has (at most"
+                f" {MAX_PARSED_CARDS}); the node's GPUs are not used"
+            )
+        elif count > 0:
             cards, gfd_warnings = _gfd_cards(labels, count)
             warnings += gfd_warnings
             source = "gfd"

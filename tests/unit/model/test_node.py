@@ -7,7 +7,7 @@ from typing import Any
 import orjson
 
 from gpusched.model import keys
-from gpusched.model.node import TopologyKeys, node_from_k8s
+from gpusched.model.node import MAX_PARSED_CARDS, TopologyKeys, node_from_k8s
 
 
 def node(
@@ -104,3 +104,23 @@ def test_bad_allocatable_quantity_is_a_warning() -> None:
     n["status"]["allocatable"]["cpu"] = "many"
     m = node_from_k8s(n)
     assert m.cpu_milli == 0 and any("status.allocatable['cpu']" in w for w in m.warnings)
+
+
+def test_node_data_cannot_make_the_scheduler_allocate_or_overflow() -> None:
+    """A node's labels and annotations are written by agents and admins, not by us: card
+    memory past the int32 columns raised OverflowError in the snapshot (half-inserting a
+    row), and `nvidia.com/gpu: 1e8` built 10^8 card objects before any limit applied."""
+    huge = node_from_k8s(node({keys.GPU_INVENTORY: inventory(2, memoryMiB=2**31)}))
+    assert huge.gpu_source != "inventory"
+    assert any("memoryMiB=2147483648 must be an integer in [0, 2^31-1]" in w for w in huge.warnings)
+    largest = node_from_k8s(node({keys.GPU_INVENTORY: inventory(2, memoryMiB=2**31 - 1)}))
+    assert largest.gpu_source == "inventory" and largest.cards[0].memory_mib == 2**31 - 1
+
+    many = node_from_k8s(node({keys.GPU_INVENTORY: inventory(MAX_PARSED_CARDS + 1)}))
+    assert any(f"lists {MAX_PARSED_CARDS + 1} cards" in w for w in many.warnings)
+    flood = node_from_k8s(node(gpus="100000000"))
+    assert flood.gpu_count == 0
+    assert any("100000000 GPUs advertised" in w for w in flood.warnings)
+    big_label = node_from_k8s(node(labels={keys.GFD_MEMORY: str(2**40)}, gpus="2"))
+    assert [c.memory_mib for c in big_label.cards] == [0, 0]
+    assert any("out of range" in w for w in big_label.warnings)

@@ -11,7 +11,7 @@ from gpusched.core.cache.cache import ClusterCache
 from gpusched.core.cache.snapshot import Snapshot
 from gpusched.framework import Allocation
 from gpusched.model import keys
-from gpusched.model.node import Card
+from gpusched.model.node import MAX_CARD_MEMORY_MIB, Card
 from tests.builders import cache_with, gpu_node, make_pod
 
 
@@ -218,3 +218,12 @@ def test_a_bound_pods_odd_milli_assigned_is_never_trusted_nor_half_inserted(
     assert entry is not None and entry.alloc is not None
     assert c.snapshot.card_free_milli[row, 2] == 750
     assert c.snapshot.node_cpu_free[row] == 62_000
+
+
+def test_the_largest_card_memory_a_node_may_report_fits_the_columns() -> None:
+    """model/node.py caps card memory at 2^31-1 MiB; above, the int32 column raised
+    OverflowError mid-insert and left a half-built row."""
+    c = ClusterCache(Snapshot(8, capacity=4))
+    node = gpu_node("big", cards=2, mem=MAX_CARD_MEMORY_MIB)
+    row = c.upsert_node(node)
+    assert list(c.snapshot.card_total_mem[row, :2]) == [MAX_CARD_MEMORY_MIB] * 2
