@@ -32,5 +32,5 @@ class SchedulerHandle:
     def pods_on_node(self, node: str) -> Iterable[PodInfo]:
         return self.cache.pods_on_node(node)
 
-    def job_rows(self, job_id: str) -> Rows:
-        return self.cache.job_rows(job_id)
+    def job_rows(self, job_key: str) -> Rows:
+        return self.cache.job_rows(job_key)

@@ -97,8 +97,9 @@ class Handle(Protocol):
 
     def pods_on_node(self, node: str) -> Iterable[PodInfo]: ...
 
-    def job_rows(self, job_id: str) -> Rows:
-        """Snapshot rows holding pods (bound or assumed) of a training job."""
+    def job_rows(self, job_key: str) -> Rows:
+        """Snapshot rows holding pods (bound or assumed) of a training job, by the pod's
+        `job_key` (namespace/job id)."""
         ...
 
 

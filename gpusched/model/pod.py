@@ -95,6 +95,13 @@ class PodInfo:
     errors: tuple[str, ...] = ()
 
     @property
+    def job_key(self) -> str:
+        """The job across the cluster: namespace/job id ("" without one). A job id is only
+        unique in its namespace: two tenants' "train-1" jobs must not pull each other's pods
+        into their racks."""
+        return f"{self.namespace}/{self.job_id}" if self.job_id else ""
+
+    @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
 

@@ -161,14 +161,11 @@ class ClusterCache:
         for uid in self._by_node.get(node, ()):
             yield self.pods[uid].pod
 
-    def job_rows(self, job_id: str) -> Rows:
-        rows = self._jobs.get(job_id)
+    def job_rows(self, job_key: str) -> Rows:
+        rows = self._jobs.get(job_key)
         if not rows:
             return np.empty(0, np.intp)
         return np.fromiter((r for r, n in rows.items() if n > 0), np.intp)
-
-    def job_row_counts(self, job_id: str) -> Counter[int]:
-        return self._jobs.get(job_id) or Counter()
 
     def allocations(self) -> Iterable[PodEntry]:
         return self.pods.values()
@@ -217,14 +214,15 @@ class ClusterCache:
             self._job_add(entry.pod, a.row, -1)
 
     def _job_add(self, pod: PodInfo, row: int, delta: int) -> None:
-        if not pod.job_id:
+        key = pod.job_key
+        if not key:
             return
-        counts = self._jobs.setdefault(pod.job_id, Counter())
+        counts = self._jobs.setdefault(key, Counter())
         counts[row] += delta
         if counts[row] <= 0:
             del counts[row]
             if not counts:
-                del self._jobs[pod.job_id]
+                del self._jobs[key]
 
     def _allocation_of(self, pod: PodInfo, row: int) -> tuple[Allocation, bool]:
         """The cards a bound pod holds: from its annotation, else inferred by best fit."""

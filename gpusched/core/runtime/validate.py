@@ -54,7 +54,7 @@ class _StubHandle:
     def pods_on_node(self, node: str) -> Iterable[PodInfo]:
         return ()
 
-    def job_rows(self, job_id: str) -> Rows:
+    def job_rows(self, job_key: str) -> Rows:
         return np.empty(0, np.intp)
 
 

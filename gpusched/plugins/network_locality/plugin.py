@@ -42,7 +42,7 @@ class NetworkLocality:
     def pre_score(self, state: CycleState, pod: PodInfo, rows: Rows) -> Status:
         if not pod.job_id:
             return Status(Code.SKIP)
-        placed = self.handle.job_rows(pod.job_id)
+        placed = self.handle.job_rows(pod.job_key)
         snap = self.handle.snapshot
         racks = snap.node_rack[placed]
         racks = racks[racks >= 0]

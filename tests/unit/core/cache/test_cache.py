@@ -114,10 +114,15 @@ def test_job_rows_follow_pods() -> None:
     p2 = replace(make_pod("j2", gpu_cards=1), job_id="job", node_name="b", gpu_ids=(0,))
     c.add_or_update_pod(p1)
     c.add_or_update_pod(p2)
-    assert sorted(c.job_rows("job").tolist()) == sorted([ra, rb])
+    assert sorted(c.job_rows("ns/job").tolist()) == sorted([ra, rb])
+    # Another namespace's job of the same name is another job.
+    other = replace(p1, uid="uid-o", namespace="other", node_name="b")
+    c.add_or_update_pod(other)
+    assert sorted(c.job_rows("ns/job").tolist()) == sorted([ra, rb])
+    assert c.job_rows("other/job").tolist() == [rb]
     c.remove_pod(p1.uid)
-    assert c.job_rows("job").tolist() == [rb]
-    assert c.job_rows("none").size == 0
+    assert c.job_rows("ns/job").tolist() == [rb]
+    assert c.job_rows("job").size == 0 and c.job_rows("ns/none").size == 0
 
 
 def test_allowed_models_cache_tracks_new_models() -> None:
