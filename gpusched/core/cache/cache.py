@@ -129,7 +129,11 @@ class ClusterCache:
             same_cards = entry.alloc is not None and (
                 not pod.gpu_ids or tuple(pod.gpu_ids) == entry.alloc.cards
             )
-            if same_place and same_cards:
+            # An in-place resize (on by default since 1.33) changes the request of a running
+            # pod: what is charged must follow, or its deletion later returns the new amount
+            # while the old one was taken (the node drifts). Re-charge it then, same cards.
+            same_request = entry.pod.request == pod.request
+            if same_place and same_cards and same_request:
                 entry.pod = pod
                 entry.assumed = False
                 return

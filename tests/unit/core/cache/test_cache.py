@@ -232,3 +232,21 @@ def test_the_largest_card_memory_a_node_may_report_fits_the_columns() -> None:
     node = gpu_node("big", cards=2, mem=MAX_CARD_MEMORY_MIB)
     row = c.upsert_node(node)
     assert list(c.snapshot.card_total_mem[row, :2]) == [MAX_CARD_MEMORY_MIB] * 2
+
+
+def test_an_in_place_resize_is_recharged_and_frees_exactly_what_it_holds() -> None:
+    """Resized from 1 to 4 CPUs while running, then deleted: the node must come back to its
+    allocatable, not 3 CPUs above it (the old replace-without-recharge drift)."""
+    c = cache_with("a")
+    row = c.snapshot.row_of("a")
+    pod = replace(make_pod("p", cpu_milli=1000, gpu_cards=1), node_name="a", gpu_ids=(3,))
+    c.add_or_update_pod(pod)
+    assert c.snapshot.node_cpu_free[row] == 63_000
+    resized = replace(pod, request=replace(pod.request, cpu_milli=4000))
+    c.add_or_update_pod(resized)
+    assert c.snapshot.node_cpu_free[row] == 60_000
+    assert c.snapshot.card_free_milli[row, 3] == 0  # still the same card, charged once
+    assert int(c.snapshot.card_free_milli[row].sum()) == 7000
+    c.remove_pod(pod.uid)
+    assert c.snapshot.node_cpu_free[row] == 64_000
+    assert int(c.snapshot.card_free_milli[row].sum()) == 8000
