@@ -226,6 +226,8 @@ class FakeWriter:
         self.binding = asyncio.Event()
         self.answer = Status()
         self.binds: list[tuple[str, str]] = []
+        self.events: list[tuple[str, str]] = []  # (object name, reason)
+        self.event_written = asyncio.Event()
 
     async def annotate(self, pod: PodInfo, annotations: Mapping[str, str]) -> Status:
         return Status()
@@ -237,7 +239,8 @@ class FakeWriter:
         return self.answer
 
     async def event(self, ref: ObjectRef, *args: Any, **kw: Any) -> None:
-        return None
+        self.events.append((ref.name, str(args[1]) if len(args) > 1 else ""))
+        self.event_written.set()
 
     async def pod_condition(self, pod: PodInfo, reason: str, message: str) -> None:
         return None

@@ -122,6 +122,9 @@ class Daemon:
             watch_timeout=self.options.watch_timeout_seconds,
         )
         self._warned: set[tuple[str, str]] = set()
+        # Node warnings a standby saw: written as Events once it leads (only the leader
+        # writes to the API, as kube-scheduler's standbys write nothing).
+        self._unwritten: list[tuple[str, str]] = []
         self.tasks = Tasks(logger)
         self.events = ClusterEvents(
             self.cache, self.queue, [fw.waiting for fw in self.frameworks.values()], self.frameworks
@@ -230,6 +233,9 @@ class Daemon:
                 self.metrics.leader.set(1)
                 self.log.info("leader election disabled: scheduling without a lease")
             self.leading.set()
+            for name, warning in self._unwritten:
+                self._write_node_warning(name, warning)
+            self._unwritten.clear()
             loop_task = asyncio.create_task(self._loop(), name="scheduling loop")
             core = {loop_task, *background, *([elector_task] if elector_task else [])}
             await self._until(None, core)
@@ -326,11 +332,17 @@ class Daemon:
             return
         self._warned.add((node.name, warning))
         self.log.warning("node data", node=node.name, warning=warning)
+        if self.leading.is_set():
+            self._write_node_warning(node.name, warning)
+        else:
+            self._unwritten.append((node.name, warning))
+
+    def _write_node_warning(self, name: str, warning: str) -> None:
         self.tasks.spawn(
             self.writer.event(
-                ObjectRef.node(node.name), "Warning", "GPUInventory", warning, action="ReadNode"
+                ObjectRef.node(name), "Warning", "GPUInventory", warning, action="ReadNode"
             ),
-            f"event node {node.name}",
+            f"event node {name}",
         )
 
     def _on_pod(self, kind: EventType, pod: PodInfo) -> None:

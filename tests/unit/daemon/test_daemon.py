@@ -260,6 +260,36 @@ async def test_a_standby_keeps_its_cache_but_schedules_only_once_it_leads(
     assert elected and elected[0]["identity"] == "me_1"
 
 
+async def test_a_standby_writes_no_events_until_it_leads(
+    daemon: tuple[Daemon, FakeWriter],
+    leases: FakeLeases,
+    lease_clock: FakeClock,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Only the leader writes to the API: a standby that sees bad node data logs it, and
+    writes the Warning Event once it leads (not once per replica)."""
+    d, writer = daemon
+    leases.put(other_holder(lease_clock))
+    leases.renewer = renew_as_holder(leases, lease_clock)  # the other leader is alive
+    _quiet_watches(d, monkeypatch)
+    raw = node_object(NodeSpec("big", 16, "A100M80", 8000, 16384, "r", "s"))
+    raw["metadata"]["uid"] = "node-big"
+    d.node_watch._line(watch_line("ADDED", raw))
+    running = asyncio.create_task(d.run())
+    await asyncio.wait_for(d.ready.wait(), GUARD)
+    await asyncio.wait_for(until(lambda: len(lease_clock.sleeps) >= 5, lease_clock.changed), GUARD)
+    assert not d.leading.is_set()
+    assert writer.events == []
+    leases.renewer = None
+    leases.put({**leases.spec, "holderIdentity": "", "leaseDurationSeconds": 1})
+    await asyncio.wait_for(d.leading.wait(), GUARD)
+    await asyncio.wait_for(writer.event_written.wait(), GUARD)
+    assert writer.events == [("big", "GPUInventory")]
+    d.stop()
+    await asyncio.wait_for(running, GUARD)
+    assert not d.failed
+
+
 async def test_losing_the_lease_stops_the_daemon_and_cuts_bindings_short(
     daemon: tuple[Daemon, FakeWriter],
     leases: FakeLeases,
