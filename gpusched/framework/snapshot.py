@@ -72,6 +72,9 @@ class NodeColumns:
         self._allowed_cache: dict[tuple[str, ...], tuple[int, NDArray[np.bool_]]] = {}
         # Bumped whenever node labels/taints change shape, so plugins can drop their caches.
         self.generation = 0
+        # Bumped only when a row gets or loses its node (which node is on which row): caches
+        # keyed by row and node name, not by labels, follow this and ignore label churn.
+        self.membership = 0
         # Every change to a row's resources stamps it with a new version, so a plugin that
         # caches per-row results recomputes only the rows changed since it last looked.
         self.version = 0

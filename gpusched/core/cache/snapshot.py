@@ -48,6 +48,7 @@ class Snapshot(NodeColumns):
             row = self._free_rows.pop()
             self.rows[node.name] = row
             self.names[row] = node.name
+            self.membership += 1
             for col in (
                 self.node_cpu_alloc,
                 self.node_cpu_free,
@@ -129,6 +130,7 @@ class Snapshot(NodeColumns):
         self.node_temp[row] = np.nan
         self._free_rows.append(row)
         self.generation += 1
+        self.membership += 1
         self.touch(row)
         return node
 

@@ -29,24 +29,25 @@ def node_rank(seed: int, name: str) -> int:
 
 
 class SeededNodeOrder:
-    """Picks the tied row whose node ranks first; the ranks are recomputed only when the
-    snapshot's rows change (a node added or removed bumps its generation)."""
+    """Picks the tied row whose node ranks first; the ranks are recomputed only when a node
+    is added or removed (the snapshot's membership), not on label changes: GPU Feature
+    Discovery rewrites a timestamp label every minute on every node."""
 
-    __slots__ = ("_generation", "_handle", "_rank", "seed")
+    __slots__ = ("_handle", "_membership", "_rank", "seed")
 
     def __init__(self, handle: Handle, seed: int = 0) -> None:
         self._handle = handle
         self.seed = seed
-        self._generation = -1
+        self._membership = -1
         self._rank: NDArray[np.uint64] = np.zeros(0, np.uint64)
 
     def __call__(self, ties: Rows) -> int:
         if len(ties) == 1:
             return int(ties[0])
         snap = self._handle.snapshot
-        if snap.generation != self._generation or len(self._rank) < snap.capacity:
+        if snap.membership != self._membership or len(self._rank) < snap.capacity:
             self._rank = np.array(
                 [node_rank(self.seed, n) if n else _LAST for n in snap.names], np.uint64
             )
-            self._generation = snap.generation
+            self._membership = snap.membership
         return int(ties[np.argmin(self._rank[ties])])

@@ -11,6 +11,7 @@ import pytest
 
 from gpusched.config.profile import ConfigError, PluginRef, Point, Profile
 from gpusched.core.cache.snapshot import Snapshot
+from gpusched.core.runtime import tie_break
 from gpusched.core.runtime.framework import Framework
 from gpusched.core.runtime.tie_break import node_rank
 from gpusched.framework import Code, CycleState, Rows, Scores, Status
@@ -159,6 +160,31 @@ def test_tie_ranks_follow_nodes_not_rows() -> None:
         ("zz-new", *(n for n in names[:3] if n != "zz-new")), key=lambda n: node_rank(7, n)
     )
     assert names[order(ties)] == expected
+
+
+def test_label_churn_does_not_recompute_tie_ranks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """GPU Feature Discovery rewrites a timestamp label on every node every minute; hashing
+    every node name again on each would cost milliseconds per label update at 10,000
+    nodes. Only a node added or removed changes which node is on which row."""
+    h = handle(3)
+    fw = Framework(profile(score=(PluginRef("RowScore", 1.0),)), registry(), h, seed=7)
+    calls = 0
+
+    def counted(seed: int, name: str) -> int:
+        nonlocal calls
+        calls += 1
+        return node_rank(seed, name)
+
+    monkeypatch.setattr(tie_break, "node_rank", counted)
+    ties = np.arange(3, dtype=np.intp)
+    picked = fw.tie_break(ties)
+    assert calls == 3
+    relabelled = replace(gpu_node("n1"), labels={"nvidia.com/gfd.timestamp": "1700000060"})
+    h.snapshot.upsert_node(relabelled)
+    assert fw.tie_break(ties) == picked and calls == 3
+    h.snapshot.upsert_node(gpu_node("n3"))
+    fw.tie_break(ties)
+    assert calls == 7  # a new node: every row's rank again
 
 
 def test_permit_wait_then_allow() -> None:
