@@ -28,7 +28,6 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
 
 import numpy as np
 
@@ -89,9 +88,10 @@ class Decision:
         return self.status.message()
 
 
-class Observer(Protocol):
+class Observer:
     """Told how every attempt ended: the daemon logs the decision record, writes Events
-    and the PodScheduled condition and counts metrics; the simulator counts nothing."""
+    and the PodScheduled condition and counts metrics (daemon/reporting.py); the simulator
+    heats the node (sim/engine.py). This base hears and does nothing."""
 
     def finished(
         self,
@@ -104,25 +104,10 @@ class Observer(Protocol):
         """`message` None: the decision's own (`decision.message`, kube-scheduler's "0/N
         nodes are available: ..."), left to the observer to compute: the simulator never
         reads it, and counting the rejection reasons costs ~60 us a pod."""
-        ...
-
-    def raised(self, info: QueuedPodInfo, exc: Exception) -> None:
-        """An attempt raised (a scheduler bug): it cost this attempt, nothing else."""
-        ...
-
-
-class NullObserver:
-    def finished(
-        self,
-        info: QueuedPodInfo,
-        decision: Decision,
-        outcome: Outcome,
-        message: str | None,
-        bind_us: Mapping[str, float] | None,
-    ) -> None:
         return None
 
     def raised(self, info: QueuedPodInfo, exc: Exception) -> None:
+        """An attempt raised (a scheduler bug): it cost this attempt, nothing else."""
         return None
 
 
@@ -142,7 +127,7 @@ class ScheduleOne:
         self.cache = cache
         self.queue = queue
         self.clock = clock
-        self.observer: Observer = observer or NullObserver()
+        self.observer = observer or Observer()
         # How long a bound pod stays assumed without the watch confirming it.
         self.assume_ttl = assume_ttl
         # The decision record lists the top nodes with each plugin's score; the simulator's

@@ -11,7 +11,7 @@ import structlog
 
 from gpusched.core.queue import QueuedPodInfo
 from gpusched.core.runtime.framework import Framework
-from gpusched.core.schedule_one import Decision, Outcome
+from gpusched.core.schedule_one import Decision, Observer, Outcome
 from gpusched.daemon.tasks import Tasks
 from gpusched.kube.writer import ClusterWriter, ObjectRef
 from gpusched.model.pod import PodInfo
@@ -25,7 +25,7 @@ _METRIC_RESULT = {Outcome.BOUND: "scheduled", Outcome.UNSCHEDULABLE: "unschedula
 _BINDINGS = {Outcome.BOUND: "bound", Outcome.DROPPED: "dropped", Outcome.BIND_FAILED: "failed"}
 
 
-class Reporter:
+class Reporter(Observer):
     def __init__(
         self,
         log: Logger,

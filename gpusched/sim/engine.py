@@ -25,7 +25,7 @@ from gpusched.core.events import ClusterEvents
 from gpusched.core.handle import SchedulerHandle
 from gpusched.core.queue import QueuedPodInfo, SchedulingQueue
 from gpusched.core.runtime.framework import Framework, TieBreak
-from gpusched.core.schedule_one import Decision, NullObserver, Outcome, Result, ScheduleOne
+from gpusched.core.schedule_one import Decision, Observer, Outcome, Result, ScheduleOne
 from gpusched.framework.registry import Registry
 from gpusched.framework.status import ClusterWriteError, Code, Status
 from gpusched.model import keys
@@ -87,7 +87,7 @@ class InMemoryCluster:
         self.events.pod_deleted(pod)
 
 
-class _Observer(NullObserver):
+class _Observer(Observer):
     """Heats a node when a pod binds there, and tells the simulation's caller."""
 
     def __init__(self, thermal: ThermalModel) -> None:

@@ -17,7 +17,7 @@ from gpusched.core.cache.snapshot import Snapshot
 from gpusched.core.handle import SchedulerHandle
 from gpusched.core.queue import ClusterEvent, QueuedPodInfo, SchedulingQueue
 from gpusched.core.runtime.framework import Framework
-from gpusched.core.schedule_one import Decision, Outcome, Result, ScheduleOne
+from gpusched.core.schedule_one import Decision, Observer, Outcome, Result, ScheduleOne
 from gpusched.framework import (
     ALLOCATION,
     Allocation,
@@ -105,7 +105,7 @@ class Probe:
         return Status()
 
 
-class Observed:
+class Observed(Observer):
     """The Observer port: what the daemon would log and report."""
 
     def __init__(self) -> None:
