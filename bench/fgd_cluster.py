@@ -58,6 +58,7 @@ from gpusched.devcluster.fgd_objects import (
     trace_pod_object,
 )
 from gpusched.devcluster.nodes import node_objects, read_openb_csv
+from gpusched.devcluster.testkit import daemon_argv
 from gpusched.kube import JSON, ApiError, Kube, create_namespace, create_nodes, pod_path
 from gpusched.model import node_from_k8s
 from gpusched.model.pod import PodInfo
@@ -180,24 +181,6 @@ class Live:
     card_counts: dict[str, int]
 
 
-def _daemon_argv(kubeconfig: Path, config: Path) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "gpusched.cli",
-        "run",
-        "--kubeconfig",
-        str(kubeconfig),
-        "--config",
-        str(config),
-        "--leader-elect=false",
-        "--metrics-port",
-        "0",
-        "--log-level",
-        "info",
-    ]
-
-
 async def _live(
     cluster: LocalCluster,
     nodes_csv: Path,
@@ -238,7 +221,9 @@ async def _live(
         log = out / "gpusched.log"
         with log.open("wb") as handle:
             daemon = await asyncio.create_subprocess_exec(
-                *_daemon_argv(cluster.kubeconfig, config),
+                *daemon_argv(
+                    cluster.kubeconfig, config, "--leader-elect=false", "--log-level", "info"
+                ),
                 stdout=handle,
                 stderr=subprocess.STDOUT,
                 cwd=ROOT,

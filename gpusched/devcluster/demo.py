@@ -31,6 +31,7 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
+from gpusched.devcluster.testkit import daemon_argv
 from gpusched.kube import JSON, ApiError, Kube, create_namespace, delete_namespace, pod_path
 from gpusched.model import keys
 
@@ -310,16 +311,7 @@ def _start_daemon(state_dir: Path, kubeconfig: Path) -> Path:
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("ab") as out:
         proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "gpusched.cli",
-                "run",
-                "--kubeconfig",
-                str(kubeconfig),
-                "--metrics-port",
-                "0",
-            ],
+            daemon_argv(kubeconfig),
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,  # outlives this command, like the cluster

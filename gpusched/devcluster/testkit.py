@@ -4,6 +4,8 @@ manifests, and waits that watch (never sleep)."""
 from __future__ import annotations
 
 import asyncio
+import sys
+from pathlib import Path
 from typing import Any
 
 from gpusched.kube import JSON, Kube, create_pod, has_condition, pod_path, wait_for
@@ -146,3 +148,12 @@ async def wait_until_allowed(
             )
         await asyncio.sleep(pause)
         pause = min(pause * 2, 0.5)
+
+
+def daemon_argv(kubeconfig: Path, config: Path | None = None, *extra: str) -> list[str]:
+    """`gpusched run` against a local cluster as a child process, with this interpreter:
+    the metrics port left to the OS (several daemons may run at once), `extra` flags last."""
+    argv = [sys.executable, "-m", "gpusched.cli", "run", "--kubeconfig", str(kubeconfig)]
+    if config is not None:
+        argv += ["--config", str(config)]
+    return [*argv, "--metrics-port", "0", *extra]

@@ -14,6 +14,7 @@ import pytest
 
 from gpusched.devcluster import LocalCluster
 from gpusched.devcluster.demo import card_usage, cards_of, demo_pod, mixed_workload, read_decisions
+from gpusched.devcluster.testkit import daemon_argv
 from gpusched.kube import Kube, pod_path
 from tests.integration.daemon_support import (
     create_pods,
@@ -33,16 +34,7 @@ REPO = Path(__file__).resolve().parents[2]
 async def _start(kubeconfig: Path, config: Path, log: Path) -> asyncio.subprocess.Process:
     with log.open("ab") as out:
         return await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "gpusched.cli",
-            "run",
-            "--kubeconfig",
-            str(kubeconfig),
-            "--config",
-            str(config),
-            "--metrics-port",
-            "0",
+            *daemon_argv(kubeconfig, config),
             stdout=out,
             stderr=asyncio.subprocess.STDOUT,
             cwd=REPO,
