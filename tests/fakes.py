@@ -219,53 +219,37 @@ class Clock:
 
 
 class FakeWriter:
-    """ClusterPort + the reporting calls; `bind` waits for `release` and answers `answer`."""
+    """ClusterPort + the reporting calls; `bind` waits for `release` (`held=False`: answers
+    at once, like the API) and answers `answer`. Records the annotations written, the
+    binds in order and where each pod was bound."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, held: bool = True) -> None:
         self.release = asyncio.Event()
+        if not held:
+            self.release.set()
         self.binding = asyncio.Event()
         self.answer = Status()
         self.binds: list[tuple[str, str]] = []
+        self.bound: dict[str, str] = {}  # uid -> node, for binds answered with success
+        self.annotations: dict[str, dict[str, str]] = {}
         self.events: list[tuple[str, str]] = []  # (object name, reason)
         self.event_written = asyncio.Event()
-
-    async def annotate(self, pod: PodInfo, annotations: Mapping[str, str]) -> Status:
-        return Status()
-
-    async def bind(self, pod: PodInfo, node: str) -> Status:
-        self.binds.append((pod.key, node))
-        self.binding.set()
-        await self.release.wait()
-        return self.answer
-
-    async def event(self, ref: ObjectRef, *args: Any, **kw: Any) -> None:
-        self.events.append((ref.name, str(args[1]) if len(args) > 1 else ""))
-        self.event_written.set()
-
-    async def pod_condition(self, pod: PodInfo, reason: str, message: str) -> None:
-        return None
-
-    def forget(self, uid: str) -> None:
-        return None
-
-
-class RecordingWriter:
-    """The daemon's ClusterPort and reporting calls, answering at once like the API would."""
-
-    def __init__(self) -> None:
-        self.annotations: dict[str, dict[str, str]] = {}
-        self.binds: dict[str, str] = {}
 
     async def annotate(self, pod: PodInfo, annotations: Mapping[str, str]) -> Status:
         self.annotations.setdefault(pod.uid, {}).update(annotations)
         return Status()
 
     async def bind(self, pod: PodInfo, node: str) -> Status:
-        self.binds[pod.uid] = node
-        return Status()
+        self.binds.append((pod.key, node))
+        self.binding.set()
+        await self.release.wait()
+        if self.answer.is_success():
+            self.bound[pod.uid] = node
+        return self.answer
 
     async def event(self, ref: ObjectRef, *args: Any, **kw: Any) -> None:
-        return None
+        self.events.append((ref.name, str(args[1]) if len(args) > 1 else ""))
+        self.event_written.set()
 
     async def pod_condition(self, pod: PodInfo, reason: str, message: str) -> None:
         return None

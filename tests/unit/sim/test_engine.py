@@ -26,7 +26,7 @@ from gpusched.plugins import default_registry
 from gpusched.sim.engine import Simulation
 from tests.builders import gpu_node, make_pod, watch_line
 from tests.fake_plugins import Binder, Gate, Sort
-from tests.fakes import RecordingWriter
+from tests.fakes import FakeWriter
 
 SPECS = [
     NodeSpec("a100-0", 8, "A100M80", 64_000, 512 * 1024, "r0", "s0", 8),
@@ -94,7 +94,7 @@ async def test_the_daemon_and_the_simulator_place_one_pod_stream_identically() -
         make_logger(io.StringIO()),
         options=DaemonOptions(warm_up=False),
     )
-    writer = RecordingWriter()
+    writer = FakeWriter(held=False)
     d.writer = writer  # type: ignore[assignment]
     d.handle._cluster = writer
     nodes = raw_nodes()
@@ -118,14 +118,14 @@ async def test_the_daemon_and_the_simulator_place_one_pod_stream_identically() -
         assert info is not None and d.queue.pop_nowait() is None
         d._attempt(info)
         await asyncio.gather(*d.bindings)
-        if uid in writer.binds:
+        if uid in writer.bound:
             bound = copy.deepcopy(raw)
-            bound["spec"]["nodeName"] = writer.binds[uid]
+            bound["spec"]["nodeName"] = writer.bound[uid]
             bound["metadata"]["annotations"].update(writer.annotations.get(uid, {}))
             bound["metadata"]["resourceVersion"] = str(1000 + i)
             d.pod_watch._line(watch_line("MODIFIED", bound))  # the API's answer to the Binding
             ids = bound["metadata"]["annotations"].get(keys.GPU_IDS, "")
-            placed_daemon.append((writer.binds[uid], ids))
+            placed_daemon.append((writer.bound[uid], ids))
         else:
             d.pod_watch._line(watch_line("DELETED", raw))
             placed_daemon.append(("", ""))
