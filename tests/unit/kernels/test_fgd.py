@@ -87,12 +87,10 @@ def test_refresh_twins_and_direct(seed: int) -> None:
         )
 
 
-@pytest.mark.parametrize("seed", range(6))
-@pytest.mark.parametrize("pod", [(3000, 300, 0), (8000, 1000, 1), (16000, 1000, 2), (2000, 0, 0)])
-@pytest.mark.parametrize(("quantize", "by_raw"), [(True, False), (True, True), (False, False)])
-def test_delta_twins(seed: int, pod: tuple[int, int, int], quantize: bool, by_raw: bool) -> None:
-    cl = fgd_columns(seed)
-    cls = _classes(seed)
+def _refreshed(
+    cl: dict[str, np.ndarray], cls: tuple[np.ndarray, ...]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every row's FGD statistics (fit counts, fragment sums, fragmentation) by the twin."""
     n, k = len(cl["count"]), len(cls[0])
     cnt = np.zeros((n, k), np.int16)
     fs = np.zeros((n, k), np.int64)
@@ -111,6 +109,16 @@ def test_delta_twins(seed: int, pod: tuple[int, int, int], quantize: bool, by_ra
         fs,
         before,
     )
+    return cnt, fs, before
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("pod", [(3000, 300, 0), (8000, 1000, 1), (16000, 1000, 2), (2000, 0, 0)])
+@pytest.mark.parametrize(("quantize", "by_raw"), [(True, False), (True, True), (False, False)])
+def test_delta_twins(seed: int, pod: tuple[int, int, int], quantize: bool, by_raw: bool) -> None:
+    cl = fgd_columns(seed)
+    cls = _classes(seed)
+    cnt, fs, before = _refreshed(cl, cls)
     rows = np.flatnonzero(cl["valid"])
     allowed = np.array([True, seed % 2 == 0])
     got = []
@@ -143,25 +151,8 @@ def test_delta_twins(seed: int, pod: tuple[int, int, int], quantize: bool, by_ra
 def test_delta_matches_direct_shared_pod() -> None:
     cl = fgd_columns(3)
     cls = _classes(3)
-    n, k = len(cl["count"]), len(cls[0])
     cl["healthy"][:] = True
-    cnt = np.zeros((n, k), np.int16)
-    fs = np.zeros((n, k), np.int64)
-    before = np.zeros(n)
-    fgd_refresh_np(
-        True,
-        cl["valid"],
-        cl["free"],
-        cl["count"],
-        cl["model"],
-        cl["cpu"],
-        np.zeros_like(cl["free"]),
-        np.zeros(n, np.int64),
-        *cls,
-        cnt,
-        fs,
-        before,
-    )
+    cnt, fs, before = _refreshed(cl, cls)
     rows = np.flatnonzero(cl["valid"] & (cl["count"] > 0))
     v = np.zeros(len(rows))
     c = np.zeros(len(rows), np.int16)
