@@ -35,12 +35,12 @@ class FakeCluster:
     annotations: dict[str, dict[str, str]] = field(default_factory=dict)
     answer: Status = field(default_factory=Status)
 
-    async def annotate(self, pod: PodInfo, annotations: Mapping[str, str]) -> Status:
-        self.annotations.setdefault(pod.uid, {}).update(annotations)
-        return Status()
-
-    async def bind(self, pod: PodInfo, node: str) -> Status:
+    async def bind(
+        self, pod: PodInfo, node: str, annotations: Mapping[str, str] | None = None
+    ) -> Status:
         self.binds.append((pod.key, node))
+        if annotations:
+            self.annotations.setdefault(pod.uid, {}).update(annotations)
         return self.answer
 
 
@@ -235,12 +235,12 @@ class FakeWriter:
         self.events: list[tuple[str, str]] = []  # (object name, reason)
         self.event_written = asyncio.Event()
 
-    async def annotate(self, pod: PodInfo, annotations: Mapping[str, str]) -> Status:
-        self.annotations.setdefault(pod.uid, {}).update(annotations)
-        return Status()
-
-    async def bind(self, pod: PodInfo, node: str) -> Status:
+    async def bind(
+        self, pod: PodInfo, node: str, annotations: Mapping[str, str] | None = None
+    ) -> Status:
         self.binds.append((pod.key, node))
+        if annotations:
+            self.annotations.setdefault(pod.uid, {}).update(annotations)
         self.binding.set()
         await self.release.wait()
         if self.answer.is_success():

@@ -29,7 +29,8 @@ T = TypeVar("T")
 
 YAML_KEY = "gpusched.io/yaml-key"
 """Field metadata key overriding a field's YAML spelling when camelCase of the snake_case
-name is not the documented one, e.g. `field(metadata={YAML_KEY: "assumeTTLSeconds"})`."""
+name is not the documented one, e.g. `field(metadata={YAML_KEY: "nodeCIDRMaskSize"})`
+(Kubernetes spells acronyms in capitals; camel() alone would say nodeCidrMaskSize)."""
 
 __all__ = [
     "YAML_KEY",

@@ -31,8 +31,6 @@ CLIENT_BURST = 100
 POD_INITIAL_BACKOFF_SECONDS = 1.0
 POD_MAX_BACKOFF_SECONDS = 10.0
 POD_MAX_IN_UNSCHEDULABLE_PODS_DURATION_SECONDS = 300.0
-# An assumed pod the watch never confirms is forgotten after this long (the cycle's default).
-ASSUME_TTL_SECONDS = 30.0
 MAX_CARDS_PER_NODE = 8
 # Leader election: kube-scheduler's leaderElection defaults (15 s / 10 s / 2 s). The Lease
 # lives next to kube-scheduler's own in kube-system, under the component's name.

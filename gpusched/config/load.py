@@ -143,6 +143,13 @@ def builtin_profile(name: str, registry: Registry) -> Profile:
 
 
 _TOP_LEVEL = ("apiVersion", "kind", "profiles")
+# Fields that existed once: a file that still sets one is told why it went, not "unknown".
+_REMOVED = {
+    "assumeTTLSeconds": (
+        "removed: a pod whose Binding succeeded is never forgotten before the watch confirms"
+        " it (forgetting it freed cards a running pod held); delete this field"
+    ),
+}
 
 
 def config_from_dict(doc: object, registry: Registry) -> SchedulerConfig:
@@ -158,9 +165,14 @@ def config_from_dict(doc: object, registry: Registry) -> SchedulerConfig:
         elif got != want:
             errs.add(key, f"must be {want!r}, got {show(got)}")
 
+    removed = [key for key in _REMOVED if key in doc]
+    for key in removed:
+        errs.add(key, _REMOVED[key])
     settings = SchedulerConfig()
     try:
-        settings = convert(SchedulerConfig, doc, "", skip={"profiles"}, handled=_TOP_LEVEL)
+        settings = convert(
+            SchedulerConfig, doc, "", skip={"profiles"}, handled=(*_TOP_LEVEL, *removed)
+        )
     except ConfigError as exc:
         errs.extend(exc)
 

@@ -10,9 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from gpusched.config.args import YAML_KEY
 from gpusched.config.defaults import (
-    ASSUME_TTL_SECONDS,
     CLIENT_BURST,
     CLIENT_QPS,
     LEADER_ELECT,
@@ -133,10 +131,6 @@ class SchedulerConfig:
     pod_max_in_unschedulable_pods_duration_seconds: float = (
         POD_MAX_IN_UNSCHEDULABLE_PODS_DURATION_SECONDS
     )
-    # Kubernetes spells acronyms in capitals; camel() alone would say assumeTtlSeconds.
-    assume_ttl_seconds: float = field(
-        default=ASSUME_TTL_SECONDS, metadata={YAML_KEY: "assumeTTLSeconds"}
-    )
     topology_keys: TopologyKeys = field(default_factory=TopologyKeys)
     max_cards_per_node: int = MAX_CARDS_PER_NODE
     # Orders nodes for the tie-break between equal top scores (core/runtime/tie_break.py).
@@ -156,8 +150,6 @@ class SchedulerConfig:
             )
         if not self.pod_max_in_unschedulable_pods_duration_seconds > 0:
             out.append(("podMaxInUnschedulablePodsDurationSeconds", "must be > 0"))
-        if not self.assume_ttl_seconds > 0:
-            out.append(("assumeTTLSeconds", "must be > 0"))
         if not 1 <= self.max_cards_per_node <= MAX_CARDS_LIMIT:
             out.append(("maxCardsPerNode", f"must be between 1 and {MAX_CARDS_LIMIT}"))
         if not 0 <= self.tie_break_seed < 2**63:

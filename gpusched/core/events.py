@@ -46,7 +46,7 @@ class ClusterEvents:
             self.queue.delete(uid)
             return
         if self.cache.get(uid) is not None:
-            # Assumed: its binding is in flight (this is e.g. our own PreBind patch) or
+            # Assumed: its binding is in flight (this is e.g. a label a user changed) or
             # done and the watch has not shown the binding yet. The queue still learns the
             # new version if the pod is in flight: a failed binding requeues the latest
             # pod, as kube-scheduler's handleSchedulingFailure does.

@@ -11,6 +11,12 @@
       wait on Permit -> PreBind -> Bind -> PostBind -> done
       failure -> unwind -> requeue, or drop if the pod is gone or bound elsewhere -> observer
 
+A Binding whose outcome is unknown (a timeout, a reset connection, a 5xx: it may have been
+applied) is neither undone nor retried blindly: the pod stays assumed, holding its cards,
+until a read of the pod or the watch settles it. A pod whose Binding succeeded stays
+assumed until the watch confirms it, however long that takes: expiring it would free cards
+a running pod holds (kube-scheduler stopped expiring such pods for the same reason).
+
 Unwinding is one path for every failure after Reserve: Unreserve (every Reserve plugin,
 reverse order; Unreserve is idempotent), forget the assumed pod, then tell the queue that
 capacity was freed (AssignedPodDelete), as kube-scheduler's handleBindingCycleError does; a
@@ -23,10 +29,11 @@ Permit waiting, backoff and requeue behave the same in both.
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -36,7 +43,13 @@ from gpusched.core.queue import ClusterEvent, QueuedPodInfo, SchedulingQueue
 from gpusched.core.runtime.framework import Framework, ScoreResult
 from gpusched.framework.cycle_state import CycleState
 from gpusched.framework.interfaces import ALLOCATION, Allocation, Diagnosis
-from gpusched.framework.status import Code, Status, ends_attempt
+from gpusched.framework.status import (
+    ClusterWriteError,
+    Code,
+    Status,
+    ends_attempt,
+    outcome_unknown,
+)
 from gpusched.model.pod import PodInfo
 
 _log = logging.getLogger(__name__)
@@ -88,6 +101,23 @@ class Decision:
         return self.status.message()
 
 
+class Settled(enum.Enum):
+    """What reading the pod said about a Binding whose outcome was unknown."""
+
+    BOUND_HERE = "bound here"  # it landed: the pod is ours, as if the Binding had succeeded
+    BOUND_ELSEWHERE = "bound elsewhere"  # another scheduler won: nothing to retry
+    GONE = "gone"  # deleted (or deleted and re-created under the same name)
+    UNBOUND = "unbound"  # it did not land and no longer can: undo and retry
+
+
+class _FencedError(ClusterWriteError):
+    """This instance may not write now (the Lease is not held, or not freshly renewed)."""
+
+
+ReadPod = Callable[[PodInfo], Awaitable[PodInfo | None]]
+"""The pod as the API has it now (None: 404); raises if the API cannot be read."""
+
+
 class Observer:
     """Told how every attempt ended: the daemon logs the decision record, writes Events
     and the PodScheduled condition and counts metrics (daemon/reporting.py); the simulator
@@ -120,16 +150,28 @@ class ScheduleOne:
         *,
         clock: Callable[[], float],
         observer: Observer | None = None,
-        assume_ttl: float = float("inf"),
         keep_scores: bool = False,
+        fence: Callable[[], str | None] | None = None,
+        read_pod: ReadPod | None = None,
+        settle_after: float = 60.0,
+        settle_backoff: tuple[float, float] = (0.5, 10.0),
     ) -> None:
         self.frameworks = dict(frameworks)
         self.cache = cache
         self.queue = queue
         self.clock = clock
         self.observer = observer or Observer()
-        # How long a bound pod stays assumed without the watch confirming it.
-        self.assume_ttl = assume_ttl
+        # Why this instance may not write to the cluster now (None: it may); asked right
+        # before PreBind and before Bind, so a deposed leader's bindings stop there.
+        self.fence = fence
+        # How an unknown binding outcome is settled: without a reader, it counts as failed
+        # (the simulator's cluster always answers).
+        self.read_pod = read_pod
+        # A Binding the API server has not applied within its request timeout (kube-
+        # apiserver's --request-timeout, 60 s by default) never will be: only then does
+        # "the pod is unbound" prove that it did not land.
+        self.settle_after = settle_after
+        self.settle_backoff = settle_backoff
         # The decision record lists the top nodes with each plugin's score; the simulator's
         # hot path does not need them.
         self.keep_scores = keep_scores
@@ -284,12 +326,20 @@ class ScheduleOne:
         fw = self.frameworks[decision.pod.scheduler_name]
         pod, node, state = decision.pod, decision.node, decision.state
         tb = time.perf_counter_ns()
+        settled = ""
         try:
             st = await fw.wait_on_permit(pod)
             if st.is_success():
+                st = self._fenced()
+            if st.is_success():
                 st = await fw.run_pre_bind(state, pod, node)
             if st.is_success():
+                st = self._fenced()
+            if st.is_success():
+                sent = self.clock()
                 st = await fw.run_bind(state, pod, node)
+                if outcome_unknown(st) and self.read_pod is not None:
+                    st, settled = await self._settle(pod, node, st, sent)
         except Exception as exc:  # a bug: the placement is undone, the pod retried
             st = Status(Code.ERROR, (f"binding cycle raised {exc!r}",), "", exc)
         except BaseException:
@@ -301,13 +351,14 @@ class ScheduleOne:
             if not st.is_success():
                 return self._bind_failed(info, decision, st, tb)
             # Bound: the bookkeeping first, so nothing after it (PostBind, a cancellation)
-            # can leave the pod in flight. The pod stays assumed until the watch confirms it.
+            # can leave the pod in flight. The pod stays assumed until the watch confirms
+            # it, never expired: its cards are in use on the node.
             self.bound += 1
-            self.cache.set_deadline(pod.uid, self.clock() + self.assume_ttl)
             self.queue.done(pod.uid)
             cards = decision.alloc.cards if decision.alloc else ()
             where = node + (f" (cards {','.join(map(str, cards))})" if cards else "")
-            self._finished(info, decision, Outcome.BOUND, f"bound to {where}", _us(tb))
+            message = f"bound to {where}" + (f" ({settled})" if settled else "")
+            self._finished(info, decision, Outcome.BOUND, message, _us(tb))
         except Exception as exc:  # a scheduler bug after the binding cycle: log, retry
             _log.exception("finishing the binding of %s raised", pod.key)
             self.queue.requeue(info, unschedulable=False)
@@ -315,6 +366,61 @@ class ScheduleOne:
             return Outcome.ERROR
         await fw.run_post_bind(state, pod, node)
         return Outcome.BOUND
+
+    def _fenced(self) -> Status:
+        reason = self.fence() if self.fence is not None else None
+        if reason is None:
+            return Status()
+        message = f"not binding: {reason}"
+        return Status(Code.ERROR, (message,), "", _FencedError(message))
+
+    async def _settle(
+        self, pod: PodInfo, node: str, failed: Status, sent: float
+    ) -> tuple[Status, str]:
+        """Keep the pod assumed until its unknown binding outcome is known: from the watch
+        (the cache confirms or drops the pod) or from reading the pod. Returns the status
+        to go on with and, if the Binding landed, the words for the decision record."""
+        assert self.read_pod is not None
+        first, cap = self.settle_backoff
+        delay = first
+        why = failed.message() or str(failed)
+        _log.warning("binding of %s: outcome unknown (%s); settling it", pod.key, why)
+        while True:
+            entry = self.cache.get(pod.uid)
+            if entry is None:
+                found: Settled | None = Settled.GONE  # the watch saw it deleted
+            elif not entry.assumed:  # the watch saw it bound
+                found = Settled.BOUND_HERE if entry.node == node else Settled.BOUND_ELSEWHERE
+            else:
+                try:
+                    current = await self.read_pod(pod)
+                except Exception as exc:  # the API is still unreachable: keep holding
+                    _log.warning("reading %s to settle its binding: %r", pod.key, exc)
+                    found = None
+                else:
+                    found = self._settled(pod, node, current, sent)
+            if found is Settled.BOUND_HERE:
+                return Status(), f"the Binding's answer was lost ({why}); the pod shows it landed"
+            if found is Settled.UNBOUND:
+                return failed, ""
+            if found is not None:
+                message = f"bind {pod.key}: outcome unknown ({why}); the pod is {found.value}"
+                final = ClusterWriteError(message)
+                final.final = True
+                return Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, (message,), "", final), ""
+            await asyncio.sleep(delay)
+            delay = min(cap, delay * 2)
+
+    def _settled(
+        self, pod: PodInfo, node: str, current: PodInfo | None, sent: float
+    ) -> Settled | None:
+        if current is None or current.uid != pod.uid:
+            return Settled.GONE
+        if current.node_name:
+            return Settled.BOUND_HERE if current.node_name == node else Settled.BOUND_ELSEWHERE
+        if self.clock() - sent >= self.settle_after:
+            return Settled.UNBOUND
+        return None  # may still land: keep the cards held and look again
 
     def _bind_failed(self, info: QueuedPodInfo, decision: Decision, st: Status, tb: int) -> Outcome:
         fw = self.frameworks[decision.pod.scheduler_name]
@@ -371,12 +477,13 @@ class ScheduleOne:
 
     def _unwind(self, fw: Framework, decision: Decision) -> bool:
         """Undo a placement whose binding failed: Unreserve (always: the pod may already be
-        gone from the cache, deleted while it waited, but its reservations are not), drop
-        it from Permit, forget the assumed pod. True if that freed capacity in the cache.
-        A pod the watch has confirmed as bound is never touched."""
+        gone from the cache, deleted while it waited, or bound elsewhere, but its
+        reservations are not), drop it from Permit, forget the assumed pod. True if that
+        freed capacity in the cache. A pod the watch has confirmed bound here is never
+        touched; one confirmed elsewhere keeps the cache entry the watch made."""
         pod = decision.pod
         entry = self.cache.get(pod.uid)
-        if entry is not None and not entry.assumed:
+        if entry is not None and not entry.assumed and entry.node == decision.node:
             return False  # the Binding landed after all: the API's truth, nothing to undo
         fw.run_unreserve(decision.state, pod, decision.node)
         fw.waiting.remove(pod.uid)
@@ -394,20 +501,6 @@ class ScheduleOne:
             self.cache.forget(pod.uid)
             fw.waiting.remove(pod.uid)
             self._freed(pod.uid)
-
-    # -- timers -----------------------------------------------------------------------------
-
-    def expire(self, latest: Callable[[str], PodInfo | None]) -> list[PodInfo]:
-        """Assumed pods past their deadline: freed, and requeued if `latest` (the watch's
-        current copy) still shows them unbound."""
-        gone = self.cache.expire(self.clock())
-        for pod in gone:
-            current = latest(pod.uid)
-            if current is not None and not current.node_name and not current.deleting:
-                self.queue.add(current)
-        if gone:
-            self.queue.move_all(ClusterEvent.ASSIGNED_POD_DELETE)
-        return gone
 
 
 def _plugin(st: Status) -> frozenset[str]:

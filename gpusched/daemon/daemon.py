@@ -7,9 +7,12 @@
     loop: pop ─▶ ScheduleOne.attempt (core/schedule_one.py, no await)
                    └▶ SCHEDULED/WAITING: a task runs ScheduleOne.bind (daemon/tasks.py)
           every ending ─▶ daemon/reporting.py: decision record, Events, condition, metrics
-    timers: backoff flush, unschedulable flush, assumed-pod expiry
+    timers: backoff flush, unschedulable flush (assumed pods never expire: core/schedule_one.py)
     leader election (gpusched/kube/lease.py): watches, cache and queue run from the start;
-    the loop starts once this instance holds the Lease; losing it stops the daemon (exit 1)
+    the loop starts once this instance holds the Lease (one lease duration later if it took
+    the Lease over from a holder that never released it), with its learners warm-started
+    from the bound pods; every PreBind and Bind first checks the Lease is freshly renewed;
+    losing it stops the daemon (exit 1)
 
 The simulator drives the same ScheduleOne and event handlers; only this file's watches,
 tasks and signals are the daemon's own. Everything that touches the cache runs on the one
@@ -39,8 +42,9 @@ from gpusched.daemon.reporting import Reporter
 from gpusched.daemon.tasks import Tasks
 from gpusched.daemon.warmup import warm_kernels
 from gpusched.framework.registry import Registry
-from gpusched.kube.client import JSON, Kube
+from gpusched.kube.client import JSON, ApiError, Kube
 from gpusched.kube.lease import KubeLeases, LeaderElector, default_identity
+from gpusched.kube.ops import pod_path
 from gpusched.kube.watch import EventType, Reflector
 from gpusched.kube.writer import ClusterWriter, ObjectRef
 from gpusched.model.node import NodeModel, TopologyKeys, node_from_k8s
@@ -52,7 +56,7 @@ Logger = structlog.typing.FilteringBoundLogger
 # kube-scheduler's informer skips finished pods: they hold nothing and would only grow the
 # cache. A pod that finishes is seen as a deletion.
 ACTIVE_PODS = ("fieldSelector", "status.phase!=Succeeded,status.phase!=Failed")
-TIMER_SECONDS = 1.0  # backoff flush and assumed-pod expiry, kube's 1 s ticker
+TIMER_SECONDS = 1.0  # backoff and unschedulable flushes, kube's 1 s ticker
 
 
 @dataclass(frozen=True)
@@ -142,8 +146,8 @@ class Daemon:
                 self.frameworks,
                 lambda: self.cache.snapshot.names,
             ),
-            assume_ttl=config.assume_ttl_seconds,
             keep_scores=True,
+            read_pod=self._read_pod,
         )
         self.ready = asyncio.Event()
         self.leading = asyncio.Event()  # the scheduling loop runs (we hold the Lease)
@@ -163,6 +167,7 @@ class Daemon:
                 log=logger,
                 on_change=lambda leading: self.metrics.leader.set(1 if leading else 0),
             )
+            self.schedule_one.fence = self._fence
         self.failed = False  # a core task died: `gpusched run` exits 1
 
     # -- lifecycle --------------------------------------------------------------------------
@@ -229,10 +234,13 @@ class Daemon:
                 elector_task = asyncio.create_task(self.elector.run(), name="leader election")
                 if not await self._until(self.elector.leading, {elector_task, *background}):
                     return
+                if not await self._after_takeover({elector_task, *background}):
+                    return
             else:
                 self.metrics.leader.set(1)
                 self.log.info("leader election disabled: scheduling without a lease")
             self.leading.set()
+            self._warm_start()
             for name, warning in self._unwritten:
                 self._write_node_warning(name, warning)
             self._unwritten.clear()
@@ -257,6 +265,53 @@ class Daemon:
             self.metrics.leader.set(0)
             self.log.info("stopped", bound=self.bound, attempts=self.attempts)
             self.stopped.set()
+
+    async def _after_takeover(self, core: set[asyncio.Task[None]]) -> bool:
+        """After taking over a Lease its holder never released, wait one lease duration
+        before the first binding: the old leader stops writing at its renew deadline, but a
+        request it sent just before may still reach the API server. False if stopped."""
+        assert self.elector is not None
+        previous = self.elector.took_over_from
+        if not previous:
+            return True
+        wait = float(self.elector.lease_duration)
+        self.log.info(
+            "took over the leader Lease; waiting before the first binding",
+            previous_holder=previous,
+            seconds=wait,
+        )
+        elapsed = asyncio.Event()
+        pause = asyncio.create_task(self.elector.hold_off(), name="takeover wait")
+        pause.add_done_callback(lambda _: elapsed.set())
+        try:
+            return await self._until(elapsed, core)
+        finally:
+            pause.cancel()
+
+    def _fence(self) -> str | None:
+        return self.elector.fence() if self.elector is not None else None
+
+    def _warm_start(self) -> None:
+        """Each profile's learners start from the pods it already placed (any instance's),
+        not empty: a failover must not forget the workload's shapes."""
+        bound: dict[str, list[PodInfo]] = {name: [] for name in self.frameworks}
+        for entry in self.cache.allocations():
+            if not entry.assumed and entry.pod.scheduler_name in bound:
+                bound[entry.pod.scheduler_name].append(entry.pod)
+        for name, fw in self.frameworks.items():
+            fw.warm_start(bound[name])
+        self.log.info("learners warm-started", pods={k: len(v) for k, v in bound.items()})
+
+    async def _read_pod(self, pod: PodInfo) -> PodInfo | None:
+        """The pod as the API has it now (None: gone); settles a binding of unknown
+        outcome. Raises on an API or network error: the caller keeps holding the cards."""
+        try:
+            raw = await self.kube.get(pod_path(pod.namespace, pod.name))
+        except ApiError as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return pod_from_k8s(raw)
 
     async def _warm_up(self) -> bool:
         """warm_kernels in a worker thread; False if stop() came first."""
@@ -383,9 +438,6 @@ class Daemon:
 
     def _tick(self) -> None:
         self.queue.flush()
-        for pod in self.schedule_one.expire(self.pod_watch.get):
-            # The binding reported success but the watch never showed it: trust the API.
-            self.log.warning("assumed pod expired", pod=pod.key, uid=pod.uid)
         for name, count in self.queue.pending().items():
             self.metrics.pending.labels(name).set(count)
 

@@ -8,6 +8,7 @@ only the model: config, core and the plugins are built on it.
 from gpusched.framework.cycle_state import CycleState, StateKey
 from gpusched.framework.interfaces import (
     ALLOCATION,
+    BINDING_ANNOTATIONS,
     MAX_NODE_SCORE,
     MIN_NODE_SCORE,
     Allocation,
@@ -32,6 +33,7 @@ from gpusched.framework.interfaces import (
     Rows,
     ScorePlugin,
     Scores,
+    WarmStartPlugin,
 )
 from gpusched.framework.points import POINT_METHODS, PROTOCOLS, Point, implements
 from gpusched.framework.registry import PluginSpec, Registry
@@ -40,6 +42,7 @@ from gpusched.framework.status import INVALID_POD, Code, Status
 
 __all__ = [
     "ALLOCATION",
+    "BINDING_ANNOTATIONS",
     "INVALID_POD",
     "MAX_CARDS_LIMIT",
     "MAX_NODE_SCORE",
@@ -78,5 +81,6 @@ __all__ = [
     "Scores",
     "StateKey",
     "Status",
+    "WarmStartPlugin",
     "implements",
 ]

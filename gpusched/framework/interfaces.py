@@ -12,7 +12,7 @@ and PostBind are coroutines that run in the binding cycle.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import ClassVar, Protocol, runtime_checkable
 
@@ -71,13 +71,20 @@ ALLOCATION: StateKey[Allocation] = StateKey("gpusched/allocation")
 """Written by the GPU Reserve plugin: the cards the pod gets; the runtime assumes it."""
 
 
+BINDING_ANNOTATIONS: StateKey[dict[str, str]] = StateKey("gpusched/binding-annotations")
+"""Annotations the Binding object carries (PreBind plugins add to it, the Bind plugin sends
+it): kube-apiserver copies them onto the pod in the same write as spec.nodeName, so the pod
+is never seen bound without its card assignment and the scheduler needs no right to patch
+pods (pkg/registry/core/pod/storage/storage.go, setPodNodeAndMetadata)."""
+
+
 class ClusterPort(Protocol):
     """The writes a scheduler makes to the cluster: the API server in the daemon, the
     in-memory cluster in the simulator. Errors come back as a Status, never raised."""
 
-    async def annotate(self, pod: PodInfo, annotations: Mapping[str, str]) -> Status: ...
-
-    async def bind(self, pod: PodInfo, node: str) -> Status: ...
+    async def bind(
+        self, pod: PodInfo, node: str, annotations: Mapping[str, str] | None = None
+    ) -> Status: ...
 
 
 class Handle(Protocol):
@@ -222,6 +229,15 @@ class BindPlugin(Plugin, Protocol):
         """Bind the pod to the node (the Binding subresource). Skip hands the pod to the
         next Bind plugin; failures as for PreBind."""
         ...
+
+
+@runtime_checkable
+class WarmStartPlugin(Plugin, Protocol):
+    """Not an extension point: a plugin that learns from the pods it places (the shape
+    learner) is handed, once, the pods of its profile already bound when this instance
+    starts scheduling (it becomes the leader), so a new leader does not start blind."""
+
+    def warm_start(self, pods: Sequence[PodInfo]) -> None: ...
 
 
 @runtime_checkable

@@ -46,14 +46,22 @@ INVALID_POD = "PodSpec"
 class ClusterWriteError(Exception):
     """The `error` of a Status from a write to the cluster (PreBind, Bind). `final`: the pod
     no longer exists, or is already bound or was re-created (the API answered 404 or 409),
-    so the attempt ends without a retry."""
+    so the attempt ends without a retry. `uncertain`: the write may have happened or not
+    (a timeout, a reset connection, a 5xx): only reading the pod can tell, so the placement
+    stays assumed until that read (or the watch) settles it."""
 
     final: bool = False
+    uncertain: bool = False
 
 
 def ends_attempt(status: Status) -> bool:
     """Whether a failed binding must not be retried (see ClusterWriteError.final)."""
     return isinstance(status.error, ClusterWriteError) and status.error.final
+
+
+def outcome_unknown(status: Status) -> bool:
+    """Whether a failed write may have landed after all (see ClusterWriteError.uncertain)."""
+    return isinstance(status.error, ClusterWriteError) and status.error.uncertain
 
 
 @dataclass(frozen=True, slots=True)

@@ -170,6 +170,10 @@ class LeaderElector:
         self._observed_at = -float("inf")
         self._reported_holder: str | None = None
         self.last_renew = -float("inf")
+        # The holder whose unexpired-by-release Lease we took over ("" if it was free or
+        # released): its last writes may still be in flight when we start.
+        self.took_over_from = ""
+        self.acquired_at = -float("inf")
 
     # -- state ------------------------------------------------------------------------------
 
@@ -181,6 +185,29 @@ class LeaderElector:
     @property
     def is_leader(self) -> bool:
         return self.holder == self.identity
+
+    async def hold_off(self) -> None:
+        """Return one lease duration after we acquired the Lease (or when stopped), in steps
+        of retryPeriod on the elector's clock, while the renewals go on."""
+        while not self._stopping.is_set():
+            left = self.acquired_at + self.lease_duration - self.clock()
+            if left <= 0:
+                return
+            await self.pause(min(left, self.retry_period))
+
+    def fence(self) -> str | None:
+        """Why this instance must not write to the cluster now, or None. Asked right before
+        each PreBind and Bind: leading is not enough, the last renewal must be younger than
+        renewDeadline, after which a standby may take over without hearing from us."""
+        if self.lost.is_set() or not self.leading.is_set():
+            return "this instance does not hold the leader Lease"
+        age = self.clock() - self.last_renew
+        if age >= self.renew_deadline:
+            return (
+                f"the leader Lease was last renewed {age:.1f}s ago"
+                f" (renewDeadline {self.renew_deadline}s)"
+            )
+        return None
 
     def _valid(self, now: float) -> bool:
         duration = self._observed.get("leaseDurationSeconds") or 0
@@ -252,6 +279,9 @@ class LeaderElector:
             if exc.status == 409:  # lost the race; the next attempt reads the winner
                 return False
             raise
+        # An expired Lease still naming a holder: that holder did not release it, so it
+        # may have died or hung mid-write (a released Lease has no holder).
+        self.took_over_from = holder if holder != self.identity else ""
         return True
 
     # -- the loop ---------------------------------------------------------------------------
@@ -291,13 +321,14 @@ class LeaderElector:
             started = self.clock()
             if await self._attempt(self.renew_deadline):
                 self.last_renew = started  # as for a renewal: from the request's start
+                self.acquired_at = started
                 return True
-            await self._pause(self.retry_period * (1 + JITTER_FACTOR * self._jitter()))
+            await self.pause(self.retry_period * (1 + JITTER_FACTOR * self._jitter()))
         return False
 
     async def _renew(self) -> None:
         while not self._stopping.is_set():
-            await self._pause(self.retry_period)
+            await self.pause(self.retry_period)
             if self._stopping.is_set():
                 return
             # Counted from the start of the request: the server may have stored the write
@@ -369,7 +400,7 @@ class LeaderElector:
         if self._on_change is not None:
             self._on_change(value)
 
-    async def _pause(self, seconds: float) -> None:
+    async def pause(self, seconds: float) -> None:
         """Sleep `seconds` (through the injected sleep), or less if `stop()` is called."""
         if self._stopping.is_set():
             return

@@ -54,15 +54,25 @@ async def create_pod(kube: Kube, namespace: str, pod: Mapping[str, Any]) -> JSON
 
 
 async def bind_pod(
-    kube: Kube, namespace: str, name: str, node: str, *, uid: str | None = None
+    kube: Kube,
+    namespace: str,
+    name: str,
+    node: str,
+    *,
+    uid: str | None = None,
+    annotations: Mapping[str, str] | None = None,
 ) -> None:
     """POST pods/{name}/binding, as kube-scheduler does. With ``uid`` the server refuses the
     binding (409) if the pod was deleted and re-created under the same name meanwhile.
-    Raises ApiError: 409 if the pod is already bound, 404 if it is gone, 403 without rights.
+    ``annotations`` are copied onto the pod by the API server in the same write as
+    spec.nodeName. Raises ApiError: 409 if the pod is already bound, 404 if it is gone, 403
+    without rights (or denied by an admission policy).
     """
     metadata: JSON = {"name": name, "namespace": namespace}
     if uid:
         metadata["uid"] = uid
+    if annotations:
+        metadata["annotations"] = dict(annotations)
     body = {
         "apiVersion": "v1",
         "kind": "Binding",

@@ -1,15 +1,17 @@
 """The daemon's ClusterPort: every write the scheduler makes to the API server.
 
-* `annotate`: JSON merge patch of metadata.annotations (PreBind's gpusched.io/gpu-ids);
-* `bind`: POST pods/{name}/binding with the pod's uid as a precondition;
+* `bind`: POST pods/{name}/binding with the pod's uid as a precondition, carrying the card
+  assignment (gpusched.io/gpu-ids) in the Binding's annotations;
 * `event`: core/v1 Events as kube-scheduler's recorder writes them (reportingController
   gpusched), deduplicated by bumping `count` of the same (object, reason, message);
 * `pod_condition`: the PodScheduled condition on pods/status (reason Unschedulable).
 
-Nothing here raises for an API answer: annotate/bind map the HTTP status to a Status whose
-`error` is an `WriteError` carrying the HTTP status, so the daemon can tell "pod gone" (404)
-and "already bound" (409) from errors worth a retry. Every request waits for a token of a
-client-side bucket (clientConnection qps/burst), as client-go's rate limiter does.
+Nothing here raises for an API answer: bind maps the HTTP status to a Status whose `error`
+is a `WriteError` carrying the HTTP status, so the daemon can tell "pod gone" (404) and
+"already bound" (409) from errors worth a retry, and a definite refusal (any 4xx: the API
+server did not apply it) from an unknown outcome (a timeout, a reset connection, a 5xx: it
+may have been applied), which only a read of the pod can settle. Every request waits for a
+token of a client-side bucket (clientConnection qps/burst), as client-go's rate limiter does.
 """
 
 from __future__ import annotations
@@ -67,6 +69,9 @@ class WriteError(ClusterWriteError):
         super().__init__(message)
         self.status = status
         self.final = self.pod_gone or self.conflict
+        # A 4xx is the API server refusing the request before applying it; no answer or a
+        # 5xx may come after the write reached etcd (a timeout answered late, a reset).
+        self.uncertain = not 400 <= status < 500
 
     @property
     def pod_gone(self) -> bool:
@@ -99,10 +104,16 @@ def _failure(what: str, pod: PodInfo, exc: Exception) -> Status:
                 " ServiceAccount the verbs in manifests/rbac/"
             )
             return Status(Code.ERROR, (reason,), "", WriteError(code, reason))
-        reason = f"{what} {pod.key}: HTTP {code} {exc.reason}: {exc.message}; will retry"
+        if 400 <= code < 500:
+            reason = f"{what} {pod.key}: HTTP {code} {exc.reason}: {exc.message}; will retry"
+        else:
+            reason = f"{what} {pod.key}: HTTP {code} {exc.reason}: {exc.message}; {_UNKNOWN}"
         return Status(Code.ERROR, (reason,), "", WriteError(code, reason))
-    reason = f"{what} {pod.key}: {type(exc).__name__}: {exc}; will retry"
+    reason = f"{what} {pod.key}: {type(exc).__name__}: {exc}; {_UNKNOWN}"
     return Status(Code.ERROR, (reason,), "", WriteError(0, reason))
+
+
+_UNKNOWN = "it may have been applied: the pod is read to settle it"
 
 
 def _now_rfc3339() -> str:
@@ -155,21 +166,15 @@ class ClusterWriter:
 
     # -- ClusterPort ------------------------------------------------------------------------
 
-    async def annotate(self, pod: PodInfo, annotations: Mapping[str, str]) -> Status:
-        patch = {"metadata": {"annotations": dict(annotations)}}
-        try:
-            await self._call(
-                "PATCH", pod_path(pod.namespace, pod.name), patch, "application/merge-patch+json"
-            )
-        except (ApiError, *_NET_ERRORS) as exc:
-            return _failure("annotate", pod, exc)
-        return Status()
-
-    async def bind(self, pod: PodInfo, node: str) -> Status:
+    async def bind(
+        self, pod: PodInfo, node: str, annotations: Mapping[str, str] | None = None
+    ) -> Status:
         await self.bucket.acquire()
         self.writes += 1
         try:
-            await bind_pod(self.kube, pod.namespace, pod.name, node, uid=pod.uid)
+            await bind_pod(
+                self.kube, pod.namespace, pod.name, node, uid=pod.uid, annotations=annotations
+            )
         except (ApiError, *_NET_ERRORS) as exc:
             return _failure("bind", pod, exc)
         return Status()

@@ -58,18 +58,16 @@ class InMemoryCluster:
 
     def __init__(self) -> None:
         self.events: ClusterEvents | None = None
-        self._pending: dict[str, dict[str, str]] = {}
         self.bound: dict[str, PodInfo] = {}
 
-    async def annotate(self, pod: PodInfo, annotations: Mapping[str, str]) -> Status:
-        self._pending.setdefault(pod.uid, {}).update(annotations)
-        return Status()
-
-    async def bind(self, pod: PodInfo, node: str) -> Status:
+    async def bind(
+        self, pod: PodInfo, node: str, annotations: Mapping[str, str] | None = None
+    ) -> Status:
         if pod.uid in self.bound:
             message = f"pod {pod.key} is already bound"
             return Status(Code.ERROR, (message,), "", AlreadyBoundError(message))
-        ann = {**pod.annotations, **self._pending.pop(pod.uid, {})}
+        # As the API server does: the Binding's annotations land with the node name.
+        ann = {**pod.annotations, **(annotations or {})}
         raw = ann.get(keys.GPU_IDS)
         ids = parse_gpu_ids(raw) if raw else ()
         bound = dataclasses.replace(
@@ -82,7 +80,6 @@ class InMemoryCluster:
 
     def delete(self, pod: PodInfo) -> None:
         self.bound.pop(pod.uid, None)
-        self._pending.pop(pod.uid, None)
         assert self.events is not None
         self.events.pod_deleted(pod)
 

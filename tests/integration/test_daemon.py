@@ -186,23 +186,23 @@ async def test_pod_deleted_while_being_bound_leaks_nothing(
         node_pool(kube, [pool_node(spec, pool)]),
         running_daemon(cluster.kubeconfig, stream) as daemon,
     ):
-        # Hold the binding cycle at PreBind until the pod is gone.
+        # Hold the binding cycle at Bind until the pod is gone.
         entered, release = asyncio.Event(), asyncio.Event()
-        annotate = daemon.writer.annotate
+        bind = daemon.writer.bind
 
-        async def gated(pod, annotations):  # type: ignore[no-untyped-def]
+        async def gated(pod, node, annotations=None):  # type: ignore[no-untyped-def]
             entered.set()
             await release.wait()
-            return await annotate(pod, annotations)
+            return await bind(pod, node, annotations)
 
-        daemon.writer.annotate = gated  # type: ignore[method-assign]
+        daemon.writer.bind = gated  # type: ignore[method-assign]
         created = await kube.post(pod_path(namespace), demo_pod("doomed", gpus=8, **where))
         uid = created["metadata"]["uid"]
         await asyncio.wait_for(entered.wait(), 30)
         assert daemon.cache.is_assumed(uid)
         await kube.delete(pod_path(namespace, "doomed"), query=[("gracePeriodSeconds", "0")])
         await wait_for_deletion(kube, pod_path(namespace), "doomed")
-        daemon.writer.annotate = annotate  # type: ignore[method-assign]
+        daemon.writer.bind = bind  # type: ignore[method-assign]
         release.set()
         # The node's 8 cards are free again: the next 8-card pod gets them.
         await kube.post(pod_path(namespace), demo_pod("next", gpus=8, **where))
@@ -258,10 +258,10 @@ async def test_sigterm_finishes_bindings_in_flight(
             entered, release = asyncio.Event(), asyncio.Event()
             bind = daemon.writer.bind
 
-            async def gated(pod, node):  # type: ignore[no-untyped-def]
+            async def gated(pod, node, annotations=None):  # type: ignore[no-untyped-def]
                 entered.set()
                 await release.wait()
-                return await bind(pod, node)
+                return await bind(pod, node, annotations)
 
             daemon.writer.bind = gated  # type: ignore[method-assign]
             await kube.post(pod_path(namespace), demo_pod("inflight", gpus=1, **where))
@@ -271,6 +271,8 @@ async def test_sigterm_finishes_bindings_in_flight(
             release.set()  # ...but the binding in flight completes
         pod = await kube.get(pod_path(namespace, "inflight"))
         assert pod["spec"]["nodeName"] == spec.name
+        # The card came with the Binding, in the same write as the node.
+        assert pod["metadata"]["annotations"][keys.GPU_IDS] in {str(c) for c in range(8)}
         late = await kube.get(pod_path(namespace, "late"))
         assert not late["spec"].get("nodeName")
         assert not settled(late)

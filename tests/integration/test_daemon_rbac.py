@@ -2,7 +2,7 @@
 
 The other daemon tests run as cluster admin; this one applies the shipped ServiceAccount,
 ClusterRole and binding, takes a token for that account from the TokenRequest API, and
-checks that every write the daemon makes (gpu-ids patch, Binding, Events, the PodScheduled
+checks that every write the daemon makes (the Binding with its gpu-ids, Events, the PodScheduled
 condition, the leader Lease kube-system/gpusched) is allowed, so a user who applies the
 manifests gets a working scheduler.
 """
@@ -124,3 +124,14 @@ async def test_daemon_works_with_the_shipped_rbac(
         or "forbidden" in str(r.get("error", "")).lower()
     ]
     assert refused == [], refused
+    # The assignment came with the Binding: the scheduler's account cannot patch pods, so
+    # it cannot rewrite a running pod's cards either.
+    async with await Kube.connect(kubeconfig) as as_scheduler:
+        with pytest.raises(ApiError) as denied:
+            await as_scheduler.request(
+                "PATCH",
+                pod_path(namespace, "fits"),
+                body={"metadata": {"annotations": {keys.GPU_IDS: "7"}}},
+                content_type="application/merge-patch+json",
+            )
+    assert denied.value.status == 403

@@ -7,7 +7,7 @@ A pod's life in the cache (kube-scheduler's backend/cache/interface.go, simplifi
     |  Assume          Add (watch)                   v
   Initial ------> Assumed ------------> Added <--> Updated
     |               |   \\                             |
-    |               |    \\ Forget / Expire            | Remove
+    |               |    \\ Forget                     | Remove
     |               v     -------> Initial            v
     +---------------------------------------------> Deleted
 
@@ -41,8 +41,9 @@ _MILLI = re.compile(r"[0-9]{1,4}")  # gpu-milli-assigned: 0-9999, clamped to a c
 class PodEntry:
     pod: PodInfo
     alloc: Allocation | None  # None while its node is unknown to the cache
+    # Placed by this scheduler, not yet confirmed by the watch. Never expires: its binding
+    # is in flight, of unknown outcome, or done (the cards are in use on the node).
     assumed: bool = False
-    deadline: float = 0.0  # assumed pods expire if the watch never confirms them
     inferred: bool = False
     # The node the pod is filed under in `_by_node`: kept apart from `alloc`, which is None
     # while the node is unknown, and from `pod.node_name`, which an assumed pod lacks.
@@ -91,10 +92,10 @@ class ClusterCache:
 
     # -- pods ------------------------------------------------------------------------------
 
-    def assume(self, pod: PodInfo, alloc: Allocation, deadline: float = float("inf")) -> None:
+    def assume(self, pod: PodInfo, alloc: Allocation) -> None:
         if pod.uid in self.pods:
             raise ValueError(f"pod {pod.key} is already in the cache")
-        entry = PodEntry(pod, None, assumed=True, deadline=deadline, node=alloc.node)
+        entry = PodEntry(pod, None, assumed=True, node=alloc.node)
         self.pods[pod.uid] = entry
         self._by_node.setdefault(alloc.node, set()).add(pod.uid)
         self._take(entry, alloc)
@@ -106,17 +107,6 @@ class ClusterCache:
             return None
         self._drop(uid)
         return entry
-
-    def set_deadline(self, uid: str, deadline: float) -> None:
-        entry = self.pods.get(uid)
-        if entry is not None and entry.assumed:
-            entry.deadline = deadline
-
-    def expire(self, now: float) -> list[PodInfo]:
-        gone = [e.pod for e in self.pods.values() if e.assumed and e.deadline <= now]
-        for pod in gone:
-            self._drop(pod.uid)
-        return gone
 
     def add_or_update_pod(self, pod: PodInfo) -> None:
         """A bound pod seen by the watch (also confirms an assumed one)."""

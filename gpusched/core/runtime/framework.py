@@ -39,6 +39,7 @@ from gpusched.framework.interfaces import (
     Rows,
     ScorePlugin,
     Scores,
+    WarmStartPlugin,
 )
 from gpusched.framework.points import PROTOCOLS, Point
 from gpusched.framework.registry import Registry
@@ -441,3 +442,12 @@ class Framework:
                 await p.post_bind(state, pod, node)
             except Exception:
                 _log.exception("PostBind of %s raised for pod %s", p.name, pod.key)
+
+    def warm_start(self, pods: Sequence[PodInfo]) -> None:
+        """Hand the profile's already bound pods to every plugin that learns from them."""
+        for name, plugin in self.plugins.items():
+            if isinstance(plugin, WarmStartPlugin):
+                try:
+                    plugin.warm_start(pods)
+                except Exception:  # a learner that cannot learn must not stop the leader
+                    _log.exception("warm start of %s raised", name)

@@ -26,10 +26,9 @@ __all__ = ["validate_profiles"]
 class _StubCluster:
     """A cluster port that refuses every write: check-config never touches a cluster."""
 
-    async def annotate(self, pod: PodInfo, annotations: Mapping[str, str]) -> Status:
-        return Status(Code.ERROR, ("check-config: no cluster",))
-
-    async def bind(self, pod: PodInfo, node: str) -> Status:
+    async def bind(
+        self, pod: PodInfo, node: str, annotations: Mapping[str, str] | None = None
+    ) -> Status:
         return Status(Code.ERROR, ("check-config: no cluster",))
 
 

@@ -3,8 +3,9 @@
 kube-scheduler sees `nvidia.com/gpu: 8` as a count; this plugin sees every card, so a
 whole-card pod needs intact cards (free share 1000) of an allowed model, and a shared pod
 needs one card with enough free share and memory. The cards are chosen at Reserve, in the
-same code for the simulator and the daemon, and written to the pod as
-`gpusched.io/gpu-ids` before Bind so a device plugin or webhook can honour them.
+same code for the simulator and the daemon, and handed to the Binding (PreBind fills the
+cycle's BINDING_ANNOTATIONS) so the API server writes `gpusched.io/gpu-ids` onto the pod
+together with its node, for a device plugin or webhook to honour.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import numpy as np
 from gpusched.framework.cycle_state import CycleState
 from gpusched.framework.interfaces import (
     ALLOCATION,
+    BINDING_ANNOTATIONS,
     Allocation,
     FilterResult,
     Handle,
@@ -156,7 +158,14 @@ class GPUFit:
         alloc = state.get(ALLOCATION)
         if alloc is None or not alloc.cards:
             return Status()
-        annotations = {keys.GPU_IDS: ",".join(str(c) for c in alloc.cards)}
+        # Carried by the Binding, not patched onto the pod: the pod becomes bound and
+        # assigned in one write (no window where a watcher sees it bound without cards, no
+        # right to patch pods needed, nothing to undo if the Binding is refused).
+        annotations = state.get(BINDING_ANNOTATIONS)
+        if annotations is None:
+            annotations = {}
+            state.write(BINDING_ANNOTATIONS, annotations)
+        annotations[keys.GPU_IDS] = ",".join(str(c) for c in alloc.cards)
         if not pod.request.gpu_cards:
             annotations[keys.GPU_MILLI_ASSIGNED] = str(alloc.milli[0])
-        return await self.handle.cluster.annotate(pod, annotations)
+        return Status()

@@ -13,6 +13,7 @@ README.md for the variants measured and why these defaults.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import ClassVar
 
 import numpy as np
@@ -50,6 +51,22 @@ class GPUFragmentation:
         self.losses = LossCache()
         self._since_refresh = 0
         self._since_prices = 0
+
+    def warm_start(self, pods: Sequence[PodInfo]) -> None:
+        """A new leader learns the shapes of the pods already placed (oldest first, so the
+        decay weighs the latest most), then refreshes its target and prices once."""
+        learned = False
+        for pod in sorted(pods, key=lambda p: p.created):
+            learned |= self.learner.observe(pod.uid, pod.request)
+        if not learned:
+            return
+        self._since_refresh = self._since_prices = 0
+        self.cache.set_target(self.learner.target())
+        if self.args.price_weight > 0:
+            try:
+                self.prices.update(self.learner.shared_mix(), self.learner.cpu_per_card())
+            except Exception as exc:
+                log.warning("card prices not solved at warm start: %s", exc)
 
     def _learn(self, pod: PodInfo) -> None:
         if not self.learner.observe(pod.uid, pod.request):

@@ -170,7 +170,7 @@ def test_document_round_trip(registry: Registry) -> None:
     again = config_from_dict(config_to_document(cfg), registry)
     assert again == cfg
     custom = config_from_dict(
-        {**CONFIG_HEAD, "assumeTTLSeconds": 7, "profiles": [builtin_profiles()["most-allocated"]]},
+        {**CONFIG_HEAD, "tieBreakSeed": 7, "profiles": [builtin_profiles()["most-allocated"]]},
         registry,
     )
     assert config_from_dict(config_to_document(custom), registry) == custom

@@ -23,7 +23,6 @@ def test_default_settings(registry: Registry) -> None:
     assert cfg.pod_initial_backoff_seconds == 1
     assert cfg.pod_max_backoff_seconds == 10
     assert cfg.pod_max_in_unschedulable_pods_duration_seconds == 300
-    assert cfg.assume_ttl_seconds == 30
     assert cfg.topology_keys == TopologyKeys(
         "topology.gpusched.io/rack", "topology.gpusched.io/spine"
     )
@@ -66,7 +65,6 @@ def test_settings_are_read(registry: Registry) -> None:
             "podInitialBackoffSeconds": 2,
             "podMaxBackoffSeconds": 20.5,
             "podMaxInUnschedulablePodsDurationSeconds": 60,
-            "assumeTTLSeconds": 90,
             "topologyKeys": {"rack": "example.com/rack"},
             "maxCardsPerNode": 16,
             "tieBreakSeed": 42,
@@ -78,7 +76,6 @@ def test_settings_are_read(registry: Registry) -> None:
     assert cfg.pod_initial_backoff_seconds == 2.0
     assert cfg.pod_max_backoff_seconds == 20.5
     assert cfg.pod_max_in_unschedulable_pods_duration_seconds == 60
-    assert cfg.assume_ttl_seconds == 90
     assert cfg.topology_keys == TopologyKeys("example.com/rack", "topology.gpusched.io/spine")
     assert cfg.max_cards_per_node == 16
 
@@ -95,10 +92,14 @@ def test_settings_are_read(registry: Registry) -> None:
             {"podMaxInUnschedulablePodsDurationSeconds": -1},
             "podMaxInUnschedulablePodsDurationSeconds: must be > 0, got -1",
         ),
-        ({"assumeTTLSeconds": 0}, "assumeTTLSeconds: must be > 0, got 0"),
+        # A field that was removed says why, rather than "unknown field".
         (
-            {"assumeTtlSeconds": 5},
-            "assumeTtlSeconds: unknown field (did you mean 'assumeTTLSeconds'?)",
+            {"assumeTTLSeconds": 30},
+            "assumeTTLSeconds: removed: a pod whose Binding succeeded is never forgotten",
+        ),
+        (
+            {"tieBreakseed": 5},
+            "tieBreakseed: unknown field (did you mean 'tieBreakSeed'?)",
         ),
         ({"maxCardsPerNode": 0}, "maxCardsPerNode: must be between 1 and 63, got 0"),
         ({"tieBreakSeed": -1}, "tieBreakSeed: must be between 0 and 2^63-1, got -1"),

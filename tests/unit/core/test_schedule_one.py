@@ -472,3 +472,170 @@ async def test_a_post_bind_plugin_raising_leaves_the_pod_bound(
     assert await rig.s1.bind(info, d) is Outcome.BOUND
     assert rig.cache.is_assumed("uid-p") and rig.queue.where("uid-p") == ""
     assert rig.observed.ended[-1][1] is Outcome.BOUND
+
+
+# -- a Binding of unknown outcome, a bound pod the watch is late for, a fenced binding --------
+
+
+class _UnknownError(ClusterWriteError):
+    uncertain = True
+
+
+def _unknown() -> Status:
+    why = "bind ns/p: TimeoutError; it may have been applied"
+    return Status(Code.ERROR, (why,), "", _UnknownError(why))
+
+
+class Reads:
+    """read_pod: answers from `answers` in turn (an exception is raised), recording calls."""
+
+    def __init__(self, rig: Rig, *answers: PodInfo | Exception | None) -> None:
+        self.rig = rig
+        self.answers = list(answers)
+        self.calls = 0
+        self.called = asyncio.Event()
+
+    async def __call__(self, pod: PodInfo) -> PodInfo | None:
+        self.calls += 1
+        self.called.set()
+        answer = self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
+        self.rig.t += 15.0  # each read comes later on the scheduler's clock
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+
+def _unknown_rig(*answers: PodInfo | Exception | None) -> tuple[Rig, Reads]:
+    rig = Rig()
+    rig.cluster.answer = _unknown()
+    reads = Reads(rig, *answers)
+    rig.s1.read_pod = reads
+    rig.s1.settle_backoff = (0.0, 0.0)
+    return rig, reads
+
+
+async def test_a_bound_pod_stays_assumed_however_late_the_watch_is() -> None:
+    rig = Rig()
+    info = rig.pod()
+    d = rig.s1.attempt(info)
+    assert d is not None and await rig.s1.bind(info, d) is Outcome.BOUND
+    row = rig.cache.snapshot.row_of(d.node)
+    rig.t += 3600.0  # an hour with a silent watch: the pod runs on its card meanwhile
+    # The reflector's stale, unbound copy of the pod comes through the queue again: it is
+    # not placed a second time, and its card stays charged.
+    rig.queue.add(info.pod)
+    again = rig.queue.pop_nowait()
+    assert again is not None and rig.s1.attempt(again) is None
+    assert rig.cache.is_assumed("uid-p")
+    assert rig.cache.snapshot.card_free_milli[row, 0] == 0
+    assert rig.cluster.binds == [("ns/p", d.node)]
+
+
+async def test_an_unknown_outcome_that_landed_counts_as_bound() -> None:
+    rig = Rig()
+    bound_copy = dataclasses.replace(make_pod("p", gpu_cards=1), node_name="n1")
+    rig, reads = _unknown_rig(OSError("API unreachable"), bound_copy)
+    info = rig.pod()
+    d = rig.s1.attempt(info)
+    assert d is not None
+    assert await rig.s1.bind(info, d) is Outcome.BOUND
+    # Held through a failed read; never unreserved nor forgotten; the watch confirms later.
+    assert reads.calls == 2
+    assert rig.cache.is_assumed("uid-p") and "Unreserve" not in rig.probe.calls
+    assert rig.queue.where("uid-p") == ""
+    assert "the pod shows it landed" in rig.observed.ended[-1][2]
+
+
+async def test_an_unknown_outcome_is_unbound_only_after_the_request_timeout() -> None:
+    unbound = make_pod("p", gpu_cards=1)
+    rig, reads = _unknown_rig(unbound)
+    rig.s1.settle_after = 60.0
+    info = rig.pod()
+    d = rig.s1.attempt(info)
+    assert d is not None
+    assert await rig.s1.bind(info, d) is Outcome.BIND_FAILED
+    # Unbound at 15, 30 and 45 s proves nothing (the Binding may still be applied); at
+    # 60 s it can no longer land: only then is the card freed and the pod retried.
+    assert reads.calls == 4
+    assert rig.cache.get("uid-p") is None and rig.probe.calls[-1] == "Unreserve"
+    assert rig.queue.where("uid-p") == "backoff"
+
+
+@pytest.mark.parametrize(
+    ("answer", "word"),
+    [
+        (None, "gone"),
+        (dataclasses.replace(make_pod("p", gpu_cards=1), uid="re-created"), "gone"),
+        (dataclasses.replace(make_pod("p", gpu_cards=1), node_name="n0"), "bound elsewhere"),
+    ],
+)
+async def test_an_unknown_outcome_settled_gone_or_elsewhere_is_dropped(
+    answer: PodInfo | None, word: str
+) -> None:
+    rig, _ = _unknown_rig(answer)
+    info = rig.pod()
+    d = rig.s1.attempt(info)
+    assert d is not None
+    assert await rig.s1.bind(info, d) is Outcome.DROPPED
+    assert rig.cache.get("uid-p") is None and rig.probe.calls[-1] == "Unreserve"
+    assert rig.queue.where("uid-p") == ""
+    assert rig.observed.ended[-1][2].endswith(f"the pod is {word}")
+
+
+async def test_the_watch_settles_an_unknown_outcome_without_a_read() -> None:
+    rig, reads = _unknown_rig(OSError("API unreachable"))
+    info = rig.pod()
+    d = rig.s1.attempt(info)
+    assert d is not None
+    rig.s1.settle_backoff = (0.01, 0.01)
+    binding = asyncio.ensure_future(rig.s1.bind(info, d))
+    await asyncio.wait_for(reads.called.wait(), 5.0)  # the first read fails: the pod is held
+    assert rig.cache.is_assumed("uid-p")
+    seen = dataclasses.replace(info.pod, node_name=d.node)
+    rig.cache.add_or_update_pod(seen)  # the watch shows the pod bound here
+    assert await binding is Outcome.BOUND
+    assert not rig.cache.is_assumed("uid-p") and rig.cache.get("uid-p") is not None
+
+
+async def test_a_definite_refusal_is_forgotten_at_once_without_a_read() -> None:
+    rig, reads = _unknown_rig(None)
+    rig.cluster.answer = Status(Code.ERROR, ("bind ns/p: forbidden (HTTP 403)",))
+    info = rig.pod()
+    d = rig.s1.attempt(info)
+    assert d is not None
+    assert await rig.s1.bind(info, d) is Outcome.BIND_FAILED
+    assert reads.calls == 0 and rig.cache.get("uid-p") is None
+
+
+async def test_a_fenced_instance_does_not_bind() -> None:
+    rig = Rig()
+    reason: list[str | None] = [None]
+    rig.s1.fence = lambda: reason[0]
+    info = rig.pod()
+    d = rig.s1.attempt(info)
+    assert d is not None
+    reason[0] = "the leader Lease was last renewed 11.0s ago (renewDeadline 10.0s)"
+    assert await rig.s1.bind(info, d) is Outcome.BIND_FAILED
+    # Stopped before PreBind: nothing written, the placement undone, the pod kept.
+    assert rig.cluster.binds == [] and "PreBind" not in rig.probe.calls
+    assert rig.cache.get("uid-p") is None
+    assert rig.queue.where("uid-p") == "backoff"
+    assert "not binding: the leader Lease was last renewed" in rig.observed.ended[-1][2]
+
+
+async def test_the_fence_is_asked_again_right_before_bind() -> None:
+    rig = Rig()
+    asked: list[str] = []
+
+    def fence() -> str | None:
+        asked.append("fence")
+        # Fresh before PreBind, stale by the time Bind would be sent.
+        return None if len(asked) == 1 else "this instance does not hold the leader Lease"
+
+    rig.s1.fence = fence
+    info = rig.pod()
+    d = rig.s1.attempt(info)
+    assert d is not None
+    assert await rig.s1.bind(info, d) is Outcome.BIND_FAILED
+    assert asked == ["fence", "fence"] and "PreBind" in rig.probe.calls
+    assert rig.cluster.binds == []

@@ -107,6 +107,7 @@ async def test_pod_updated_while_its_binding_is_in_flight_is_requeued_as_updated
     """kube-scheduler requeues a pod whose binding failed with the informer's latest
     version; updates that arrive while the pod is assumed must not be lost."""
     d, writer = daemon
+    d.schedule_one.fence = None  # the loop body driven by hand, with no Lease to hold
     d.pod_watch._line(watch_line("ADDED", raw_pod("p", "1")))
     info = d.queue.pop_nowait()
     assert info is not None
@@ -132,6 +133,7 @@ async def test_a_scheduling_attempt_that_raises_after_assume_does_not_strand_the
     assumed must not leave the pod assumed forever (capacity leaked, the pod never tried
     again)."""
     d, writer = daemon
+    d.schedule_one.fence = None  # the loop body driven by hand, with no Lease to hold
     d.pod_watch._line(watch_line("ADDED", raw_pod("p", "1")))
     fw = d.frameworks["ai-scheduler"]
     calls = 0
@@ -288,6 +290,60 @@ async def test_a_standby_writes_no_events_until_it_leads(
     d.stop()
     await asyncio.wait_for(running, GUARD)
     assert not d.failed
+
+
+async def test_taking_over_an_unreleased_lease_waits_a_lease_duration_before_binding(
+    daemon: tuple[Daemon, FakeWriter],
+    leases: FakeLeases,
+    lease_clock: FakeClock,
+    stream: io.StringIO,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The old leader died or hung holding the Lease: a Binding it sent just before its
+    renew deadline may still reach the API server, so the first binding waits."""
+    d, writer = daemon
+    leases.put(other_holder(lease_clock))  # never renewed, never released
+    _quiet_watches(d, monkeypatch)
+    d.pod_watch._line(watch_line("ADDED", raw_pod("p", "1")))
+    fence, asked = d.schedule_one.fence, []
+    assert fence is not None
+
+    def recording_fence() -> str | None:
+        asked.append(lease_clock.t)
+        return fence()
+
+    d.schedule_one.fence = recording_fence
+    running = asyncio.create_task(d.run())
+    await asyncio.wait_for(writer.binding.wait(), GUARD)
+    took = next(e for e in _events(stream) if e["event"].startswith("took over"))
+    assert took["previous_holder"] == "other_1" and took["seconds"] == 15
+    # The wait is on the elector's clock, while it renews: the first binding cycle came a
+    # lease duration after the acquisition, and found the Lease freshly renewed.
+    assert d.elector is not None
+    assert asked[0] - d.elector.acquired_at >= 15
+    writer.release.set()
+    d.stop()
+    await asyncio.wait_for(running, GUARD)
+    assert not d.failed and d.bound == 1
+
+
+async def test_a_new_leader_learns_the_shapes_of_the_pods_already_bound(
+    daemon: tuple[Daemon, FakeWriter], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    d, _ = daemon
+    _quiet_watches(d, monkeypatch)
+    for i in range(3):
+        raw = raw_pod(f"b{i}", "1")
+        raw["spec"]["nodeName"] = "n1"
+        raw["status"]["phase"] = "Running"
+        d.pod_watch._line(watch_line("ADDED", raw))
+    learner = d.frameworks["ai-scheduler"].plugins["GPUFragmentation"].learner
+    assert learner.seen == 0
+    running = asyncio.create_task(d.run())
+    await asyncio.wait_for(d.leading.wait(), GUARD)
+    assert learner.seen == 3 and learner.counts == {(100, 0, 0, ""): pytest.approx(3.0, 0.01)}
+    d.stop()
+    await asyncio.wait_for(running, GUARD)
 
 
 async def test_losing_the_lease_stops_the_daemon_and_cuts_bindings_short(

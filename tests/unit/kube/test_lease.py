@@ -89,6 +89,8 @@ async def test_takes_an_expired_lease(api: FakeLeases, clock: FakeClock) -> None
     assert api.spec["holderIdentity"] == "me_1"
     assert api.spec["leaseTransitions"] == 4
     assert api.spec["acquireTime"] == api.spec["renewTime"]
+    # Never released: the old holder may have hung mid-write, so the daemon waits.
+    assert le.took_over_from == "other_1"
 
 
 async def test_takes_a_released_lease_at_once(api: FakeLeases, clock: FakeClock) -> None:
@@ -97,6 +99,28 @@ async def test_takes_a_released_lease_at_once(api: FakeLeases, clock: FakeClock)
     assert await le.try_acquire_or_renew()
     assert api.spec["holderIdentity"] == "me_1"
     assert api.spec["leaseTransitions"] == 4
+    assert le.took_over_from == ""  # released: nothing of the old holder's can be in flight
+
+
+async def test_the_fence_holds_only_while_the_last_renewal_is_fresh(
+    api: FakeLeases, clock: FakeClock
+) -> None:
+    le = elector(api, clock)
+    assert le.fence() == "this instance does not hold the leader Lease"
+    task = asyncio.create_task(le.run())
+    await asyncio.wait_for(le.leading.wait(), GUARD)
+    assert le.fence() is None
+    # The renewals stop landing (the API is unreachable): before renewDeadline the writes
+    # still go; from renewDeadline on they stop, though `leading` is not yet cleared.
+    api.fail = ApiError("PUT", PATH, 503, "{}")
+    started = le.last_renew
+    clock.t = started + 9.9
+    assert le.fence() is None
+    clock.t = started + 10.0
+    assert le.leading.is_set()
+    assert le.fence() == "the leader Lease was last renewed 10.0s ago (renewDeadline 10.0s)"
+    le.stop()
+    await asyncio.wait_for(task, GUARD)
 
 
 async def test_a_conflict_loses_the_race_and_the_next_attempt_re_reads(

@@ -97,6 +97,7 @@ async def test_the_daemon_and_the_simulator_place_one_pod_stream_identically() -
     writer = FakeWriter(held=False)
     d.writer = writer  # type: ignore[assignment]
     d.handle._cluster = writer
+    d.schedule_one.fence = None  # the loop body driven by hand, with no Lease to hold
     nodes = raw_nodes()
     for raw in nodes:
         d.node_watch._line(watch_line("ADDED", raw))

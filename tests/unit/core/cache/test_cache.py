@@ -20,7 +20,7 @@ def test_assume_confirm_forget() -> None:
     snap = c.snapshot
     row = snap.row_of("a")
     pod = make_pod("p", cpu_milli=1000, memory_bytes=2**30, gpu_cards=2)
-    c.assume(pod, Allocation("a", row, (0, 1), (1000, 1000), (81920, 81920)), deadline=10.0)
+    c.assume(pod, Allocation("a", row, (0, 1), (1000, 1000), (81920, 81920)))
     assert list(snap.card_free_milli[row, :3]) == [0, 0, 1000]
     assert snap.node_cpu_free[row] == 63_000
     assert c.is_assumed(pod.uid)
@@ -34,13 +34,15 @@ def test_assume_confirm_forget() -> None:
     assert snap.node_cpu_free[row] == 64_000 and snap.node_pods_free[row] == 110
 
 
-def test_assumed_pod_expires() -> None:
+def test_an_assumed_pod_is_only_forgotten_never_expired() -> None:
     c = cache_with("a")
     row = c.snapshot.row_of("a")
     pod = make_pod("p", gpu_milli=300)
-    c.assume(pod, Allocation("a", row, (3,), (300,), (24576,)), deadline=5.0)
-    assert c.expire(4.0) == []
-    assert [p.uid for p in c.expire(5.0)] == [pod.uid]
+    c.assume(pod, Allocation("a", row, (3,), (300,), (24576,)))
+    # No deadline: a bound pod the watch is late to confirm keeps its card.
+    assert not hasattr(c, "expire")
+    assert c.snapshot.card_free_milli[row, 3] == 700
+    assert c.forget(pod.uid) is not None
     assert c.snapshot.card_free_milli[row, 3] == 1000
 
 
@@ -141,7 +143,7 @@ def test_assumed_pod_forgotten_after_its_node_was_removed() -> None:
     c = ClusterCache(Snapshot(8, capacity=2))
     row = c.upsert_node(gpu_node("a"))
     pod = make_pod("p", gpu_cards=1)
-    c.assume(pod, Allocation("a", row, (0,), (1000,), (81920,)), deadline=10.0)
+    c.assume(pod, Allocation("a", row, (0,), (1000,), (81920,)))
     c.remove_node("a")
     assert c.forget(pod.uid) is not None
     row = c.upsert_node(gpu_node("a"))  # raised KeyError
