@@ -257,6 +257,9 @@ class LocalCluster:
                 "--service-cluster-ip-range=10.96.0.0/16",
                 # No controller-manager runs: nothing would create the default service
                 # account, nor lift the not-ready taint TaintNodesByCondition puts on nodes.
+                # ValidatingAdmissionPolicy stays on (a default plugin since 1.30; the log
+                # lists it under "validating admission controller(s)"):
+                # tests/integration/test_admission.py applies manifests/admission/.
                 "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
                 # Endpoints may not hold a loopback address, so the reconciler that publishes
                 # the apiserver's own address would only log errors.
