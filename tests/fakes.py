@@ -289,17 +289,36 @@ class FakeResponse:
 
 
 class FakeKube:
-    """Lists are empty at version 5; each watch answers with `watch_body()`; the run is
-    cancelled after `max_watches` watches."""
+    """Lists are empty at version 5 (or answer `list_status`); each watch answers with
+    `watch_body()`; the run is cancelled after `max_watches` watches or `max_lists` lists.
+    `sent` holds every streamed request's keyword arguments (query, timeout)."""
 
-    def __init__(self, watch_body: Callable[[], list[bytes]], max_watches: int = 6) -> None:
+    def __init__(
+        self,
+        watch_body: Callable[[], list[bytes]],
+        max_watches: int = 6,
+        *,
+        list_status: int = 200,
+        max_lists: int = 100,
+    ) -> None:
         self.watch_body = watch_body
         self.max_watches = max_watches
         self.watches = 0
+        self.list_status = list_status
+        self.max_lists = max_lists
+        self.lists = 0
+        self.sent: list[dict[str, Any]] = []
 
     async def _send(self, method: str, path: str, **kw: Any) -> FakeResponse:
+        self.sent.append(kw)
         query = dict(kw.get("query") or ())
         if query.get("watch") != "true":
+            self.lists += 1
+            if self.lists > self.max_lists:
+                raise asyncio.CancelledError
+            if self.list_status != 200:
+                status = {"kind": "Status", "code": self.list_status, "message": "refused"}
+                return FakeResponse(self.list_status, [orjson.dumps(status)])
             page = {"metadata": {"resourceVersion": "5"}, "items": []}
             return FakeResponse(200, [orjson.dumps(page)])
         self.watches += 1

@@ -61,7 +61,7 @@ class DaemonOptions:
     instance: str = ""  # reportingInstance of our Events (the pod name in a cluster)
     identity: str = ""  # holder identity in the leader Lease; default: pod name + random suffix
     warm_up: bool = True  # compile the kernels before seeking the Lease (daemon/warmup.py)
-    watch_timeout_seconds: int = 300
+    watch_timeout_seconds: int = 60  # below the reflector's 90 s read timeout
 
 
 class Daemon:
