@@ -291,7 +291,8 @@ class FakeResponse:
 class FakeKube:
     """Lists are empty at version 5 (or answer `list_status`); each watch answers with
     `watch_body()`; the run is cancelled after `max_watches` watches or `max_lists` lists.
-    `sent` holds every streamed request's keyword arguments (query, timeout)."""
+    `sent` holds every streamed request's keyword arguments (query, timeout). `request` and
+    `post` (the ClusterWriter's calls) answer at once and are recorded in `requests`."""
 
     def __init__(
         self,
@@ -308,6 +309,7 @@ class FakeKube:
         self.max_lists = max_lists
         self.lists = 0
         self.sent: list[dict[str, Any]] = []
+        self.requests: list[tuple[str, str]] = []  # (method, path)
 
     async def _send(self, method: str, path: str, **kw: Any) -> FakeResponse:
         self.sent.append(kw)
@@ -325,3 +327,10 @@ class FakeKube:
         if self.watches > self.max_watches:
             raise asyncio.CancelledError
         return FakeResponse(200, self.watch_body())
+
+    async def request(self, method: str, path: str, **kw: Any) -> JSON:
+        self.requests.append((method, path))
+        return {"metadata": {"name": f"obj-{len(self.requests)}"}}
+
+    async def post(self, path: str, body: object, **kw: Any) -> JSON:
+        return await self.request("POST", path, body=body, **kw)
