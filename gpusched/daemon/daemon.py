@@ -28,6 +28,7 @@ from typing import Any
 import structlog
 
 from gpusched.config import SchedulerConfig
+from gpusched.config.settings import Watch
 from gpusched.core.cache.cache import ClusterCache
 from gpusched.core.cache.snapshot import Snapshot
 from gpusched.core.events import ClusterEvents
@@ -41,7 +42,7 @@ from gpusched.daemon.warmup import warm_kernels
 from gpusched.framework.registry import Registry
 from gpusched.kube.client import JSON, Kube
 from gpusched.kube.lease import KubeLeases, LeaderElector, default_identity
-from gpusched.kube.watch import EventType, Reflector
+from gpusched.kube.watch import Backoff, EventType, Reflector
 from gpusched.kube.writer import ClusterWriter, ObjectRef
 from gpusched.model.node import NodeModel, TopologyKeys, node_from_k8s
 from gpusched.model.pod import PodInfo, pod_from_k8s
@@ -61,7 +62,6 @@ class DaemonOptions:
     instance: str = ""  # reportingInstance of our Events (the pod name in a cluster)
     identity: str = ""  # holder identity in the leader Lease; default: pod name + random suffix
     warm_up: bool = True  # compile the kernels before seeking the Lease (daemon/warmup.py)
-    watch_timeout_seconds: int = 60  # below the reflector's 90 s read timeout
 
 
 class Daemon:
@@ -110,7 +110,9 @@ class Daemon:
             lambda raw: _node(raw, topo),
             self._on_node,
             name="nodes",
-            watch_timeout=self.options.watch_timeout_seconds,
+            watch_timeout=config.watch.timeout_seconds,
+            read_timeout=config.watch.read_timeout_seconds,
+            backoff=_backoff(config.watch),
         )
         self.pod_watch: Reflector[PodInfo] = Reflector(
             kube,
@@ -119,7 +121,9 @@ class Daemon:
             self._on_pod,
             name="pods",
             query=[ACTIVE_PODS],
-            watch_timeout=self.options.watch_timeout_seconds,
+            watch_timeout=config.watch.timeout_seconds,
+            read_timeout=config.watch.read_timeout_seconds,
+            backoff=_backoff(config.watch),
         )
         self._warned: set[tuple[str, str]] = set()
         # Node warnings a standby saw: written as Events once it leads (only the leader
@@ -392,3 +396,11 @@ class Daemon:
 
 def _node(raw: JSON, topo: TopologyKeys) -> NodeModel:
     return node_from_k8s(raw, topo)
+
+
+def _backoff(watch: Watch) -> Backoff:
+    return Backoff(
+        initial=watch.initial_backoff_seconds,
+        maximum=watch.max_backoff_seconds,
+        reset_after=watch.backoff_reset_seconds,
+    )

@@ -136,7 +136,9 @@ async def _run(args: RunArgs, config: SchedulerConfig, registry: Registry, log: 
         return 1
     where = args.kubeconfig or "in-cluster config / $KUBECONFIG / ~/.kube/config"
     try:
-        kube = await Kube.connect(args.kubeconfig)
+        kube = await Kube.connect(
+            args.kubeconfig, keepalive_seconds=config.client_connection.tcp_keepalive_seconds
+        )
     except Exception as exc:
         print(
             f"gpusched run: cannot load the cluster connection from {where}: {exc}\n"
