@@ -36,6 +36,7 @@ from gpusched.core.handle import SchedulerHandle
 from gpusched.core.queue import QueuedPodInfo, SchedulingQueue
 from gpusched.core.runtime.framework import Framework
 from gpusched.core.schedule_one import Result, ScheduleOne
+from gpusched.daemon.liveness import Liveness
 from gpusched.daemon.reporting import Reporter
 from gpusched.daemon.tasks import Tasks
 from gpusched.daemon.warmup import warm_kernels
@@ -124,6 +125,14 @@ class Daemon:
             watch_timeout=config.watch.timeout_seconds,
             read_timeout=config.watch.read_timeout_seconds,
             backoff=_backoff(config.watch),
+        )
+        # /healthz: the watches progress and the loop is not wedged (daemon/liveness.py).
+        self.liveness = Liveness(
+            [self.node_watch, self.pod_watch],
+            lambda: len(self.queue.active),
+            watch_stall=config.liveness.watch_stall_seconds,
+            loop_stall=config.liveness.loop_stall_seconds,
+            clock=clock,
         )
         self._warned: set[tuple[str, str]] = set()
         # Node warnings a standby saw: written as Events once it leads (only the leader
@@ -361,9 +370,12 @@ class Daemon:
 
     async def _loop(self) -> None:
         while True:
+            self.liveness.loop_waiting()
             info = await self.queue.pop()
             if info is None:
+                self.liveness.loop_stopped()
                 return
+            self.liveness.loop_beat()
             self._attempt(info)
             self.metrics.pending.labels("active").set(len(self.queue.active))
             # Let the watches in between attempts, so the cache stays current in a burst.

@@ -167,7 +167,12 @@ async def _run(args: RunArgs, config: SchedulerConfig, registry: Registry, log: 
         runner = None
         if args.metrics_port:
             try:
-                runner = await serve(metrics, args.metrics_port, lambda: daemon.is_ready)
+                runner = await serve(
+                    metrics,
+                    args.metrics_port,
+                    lambda: daemon.is_ready,
+                    daemon.liveness.problems,
+                )
             except OSError as exc:
                 print(
                     f"gpusched run: cannot serve /metrics on port {args.metrics_port}: {exc};"

@@ -431,3 +431,28 @@ def test_the_watch_settings_reach_the_reflectors() -> None:
         assert (watch.backoff.initial, watch.backoff.maximum) == (2.0, 8.0)
         assert watch.backoff.reset_after == 50.0
     assert d.node_watch.backoff is not d.pod_watch.backoff  # each watch backs off alone
+
+
+async def test_healthz_sees_the_watches_and_a_wedged_loop(
+    daemon: tuple[Daemon, FakeWriter], clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    d, _ = daemon
+    assert d.liveness.watches == [d.node_watch, d.pod_watch]
+    clock.t += 3600
+    assert d.liveness.problems() == []  # no loop yet (a standby): only the watches count
+    seen: list[str] = []
+
+    def wedged(info: Any) -> None:  # an attempt that takes 61 s
+        clock.t += 61
+        seen.extend(d.liveness.problems())
+        d.queue.close()
+
+    monkeypatch.setattr(d, "_attempt", wedged)
+    d.pod_watch._line(watch_line("ADDED", raw_pod("p", "1")))
+    d.pod_watch._line(watch_line("ADDED", raw_pod("q", "2")))
+    async with asyncio.timeout(GUARD):
+        await d._loop()
+    assert seen == [
+        "scheduling loop: no progress for 61s (limit 60s), in an attempt with 1 pods active"
+    ]
+    assert d.liveness.problems() == []  # the loop ended: nothing to check
