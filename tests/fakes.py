@@ -289,20 +289,48 @@ class FakeResponse:
 
 
 class FakeKube:
-    """Lists are empty at version 5; each watch answers with `watch_body()`; the run is
-    cancelled after `max_watches` watches."""
+    """Lists are empty at version 5 (or answer `list_status`); each watch answers with
+    `watch_body()`; the run is cancelled after `max_watches` watches or `max_lists` lists.
+    `sent` holds every streamed request's keyword arguments (query, timeout). `request` and
+    `post` (the ClusterWriter's calls) answer at once and are recorded in `requests`."""
 
-    def __init__(self, watch_body: Callable[[], list[bytes]], max_watches: int = 6) -> None:
+    def __init__(
+        self,
+        watch_body: Callable[[], list[bytes]],
+        max_watches: int = 6,
+        *,
+        list_status: int = 200,
+        max_lists: int = 100,
+    ) -> None:
         self.watch_body = watch_body
         self.max_watches = max_watches
         self.watches = 0
+        self.list_status = list_status
+        self.max_lists = max_lists
+        self.lists = 0
+        self.sent: list[dict[str, Any]] = []
+        self.requests: list[tuple[str, str]] = []  # (method, path)
 
     async def _send(self, method: str, path: str, **kw: Any) -> FakeResponse:
+        self.sent.append(kw)
         query = dict(kw.get("query") or ())
         if query.get("watch") != "true":
+            self.lists += 1
+            if self.lists > self.max_lists:
+                raise asyncio.CancelledError
+            if self.list_status != 200:
+                status = {"kind": "Status", "code": self.list_status, "message": "refused"}
+                return FakeResponse(self.list_status, [orjson.dumps(status)])
             page = {"metadata": {"resourceVersion": "5"}, "items": []}
             return FakeResponse(200, [orjson.dumps(page)])
         self.watches += 1
         if self.watches > self.max_watches:
             raise asyncio.CancelledError
         return FakeResponse(200, self.watch_body())
+
+    async def request(self, method: str, path: str, **kw: Any) -> JSON:
+        self.requests.append((method, path))
+        return {"metadata": {"name": f"obj-{len(self.requests)}"}}
+
+    async def post(self, path: str, body: object, **kw: Any) -> JSON:
+        return await self.request("POST", path, body=body, **kw)

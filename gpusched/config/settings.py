@@ -28,15 +28,22 @@ from gpusched.config.profile import Profile
 from gpusched.framework.snapshot import MAX_CARDS_LIMIT
 from gpusched.model.node import TopologyKeys
 
-__all__ = ["ClientConnection", "LeaderElection", "SchedulerConfig"]
+__all__ = ["ClientConnection", "LeaderElection", "Liveness", "SchedulerConfig", "Watch"]
 
 
 @dataclass(frozen=True)
 class ClientConnection:
-    """Rate limits of the scheduler's API client (kube-scheduler's clientConnection)."""
+    """Rate limits of the scheduler's API client (kube-scheduler's clientConnection). The
+    limits apply twice, to two separate buckets: the scheduling writes (bindings) and the
+    reports (Events, PodScheduled conditions), as kube-scheduler's event client has its own
+    limiter; a flood of reports never delays a Binding."""
 
     qps: float = CLIENT_QPS
     burst: int = CLIENT_BURST
+    # TCP keepalive on every API connection: first probe after this many idle seconds,
+    # 3 probes a third of it apart, so a vanished peer is dropped in about twice this
+    # (client-go's dialer uses 30 s). Linux's default would wait 2 hours.
+    tcp_keepalive_seconds: float = 30.0
 
     def validate(self) -> list[tuple[str, str]]:
         out: list[tuple[str, str]] = []
@@ -44,6 +51,70 @@ class ClientConnection:
             out.append(("qps", "must be > 0"))
         if self.burst < 1:
             out.append(("burst", "must be >= 1"))
+        if not self.tcp_keepalive_seconds >= 1:
+            out.append(("tcpKeepaliveSeconds", "must be >= 1"))
+        return out
+
+
+@dataclass(frozen=True)
+class Watch:
+    """How the node and pod watches read the API server (gpusched/kube/watch.py).
+
+    The server ends each watch after about `timeoutSeconds` and sends a bookmark about
+    every minute, so a healthy stream is never silent for longer than that; a read that
+    waits `readTimeoutSeconds` (a bit more) is a dead stream, a half-open connection, and
+    is dropped and re-opened: the watch then misses nothing for long (kube-scheduler's
+    informers rely on the same server timeout). Failures (410 Gone, a refused list or
+    watch) retry after an exponential backoff with jitter from `initialBackoffSeconds`
+    doubling to `maxBackoffSeconds`, back to the start after `backoffResetSeconds` without
+    a failure: client-go's reflector numbers (800 ms, 30 s, 2 min)."""
+
+    timeout_seconds: int = 60
+    read_timeout_seconds: float = 90.0
+    initial_backoff_seconds: float = 0.8
+    max_backoff_seconds: float = 30.0
+    backoff_reset_seconds: float = 120.0
+
+    def validate(self) -> list[tuple[str, str]]:
+        out: list[tuple[str, str]] = []
+        if self.timeout_seconds < 1:
+            out.append(("timeoutSeconds", "must be >= 1"))
+        elif not self.read_timeout_seconds > self.timeout_seconds:
+            # Else every quiet, healthy watch would time out on our side first.
+            out.append(("readTimeoutSeconds", f"must be > timeoutSeconds ({self.timeout_seconds})"))
+        if not self.initial_backoff_seconds > 0:
+            out.append(("initialBackoffSeconds", "must be > 0"))
+        elif self.max_backoff_seconds < self.initial_backoff_seconds:
+            out.append(
+                (
+                    "maxBackoffSeconds",
+                    f"must be >= initialBackoffSeconds ({self.initial_backoff_seconds})",
+                )
+            )
+        if not self.backoff_reset_seconds > 0:
+            out.append(("backoffResetSeconds", "must be > 0"))
+        return out
+
+
+@dataclass(frozen=True)
+class Liveness:
+    """When /healthz answers 500 (a liveness probe then restarts the scheduler, which
+    re-lists everything): a watch that made no progress (a list, an event, a bookmark, a
+    watch ended by the server) for `watchStallSeconds`, or a scheduling loop that has pods
+    to schedule and has not finished an attempt for `loopStallSeconds`. A healthy watch
+    progresses at least once per `watch.timeoutSeconds`, so the watch limit must be above
+    `watch.readTimeoutSeconds`; 180 s lets a watch retry several times (backoff up to 30 s)
+    before it counts as stuck."""
+
+    watch_stall_seconds: float = 180.0
+    loop_stall_seconds: float = 60.0
+
+    def validate(self) -> list[tuple[str, str]]:
+        out: list[tuple[str, str]] = []
+        if not self.watch_stall_seconds > 0:
+            out.append(("watchStallSeconds", "must be > 0"))
+        if not self.loop_stall_seconds > 0:
+            out.append(("loopStallSeconds", "must be > 0"))
         return out
 
 
@@ -126,6 +197,8 @@ class SchedulerConfig:
     profiles: tuple[Profile, ...] = ()
     client_connection: ClientConnection = field(default_factory=ClientConnection)
     leader_election: LeaderElection = field(default_factory=LeaderElection)
+    watch: Watch = field(default_factory=Watch)
+    liveness: Liveness = field(default_factory=Liveness)
     pod_initial_backoff_seconds: float = POD_INITIAL_BACKOFF_SECONDS
     pod_max_backoff_seconds: float = POD_MAX_BACKOFF_SECONDS
     pod_max_in_unschedulable_pods_duration_seconds: float = (
@@ -160,6 +233,13 @@ class SchedulerConfig:
                 out.append((f"topologyKeys.{tier}", problem))
         if self.topology_keys.rack == self.topology_keys.spine:
             out.append(("topologyKeys.spine", "must differ from topologyKeys.rack"))
+        if self.liveness.watch_stall_seconds <= self.watch.read_timeout_seconds:
+            out.append(
+                (
+                    "liveness.watchStallSeconds",
+                    f"must be > watch.readTimeoutSeconds ({self.watch.read_timeout_seconds})",
+                )
+            )
         return out
 
     @property

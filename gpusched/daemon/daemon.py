@@ -31,6 +31,7 @@ from typing import Any
 import structlog
 
 from gpusched.config import SchedulerConfig
+from gpusched.config.settings import Watch
 from gpusched.core.cache.cache import ClusterCache
 from gpusched.core.cache.snapshot import Snapshot
 from gpusched.core.events import ClusterEvents
@@ -38,6 +39,7 @@ from gpusched.core.handle import SchedulerHandle
 from gpusched.core.queue import QueuedPodInfo, SchedulingQueue
 from gpusched.core.runtime.framework import Framework
 from gpusched.core.schedule_one import Result, ScheduleOne
+from gpusched.daemon.liveness import Liveness
 from gpusched.daemon.reporting import Reporter
 from gpusched.daemon.tasks import Tasks
 from gpusched.daemon.warmup import warm_kernels
@@ -45,7 +47,7 @@ from gpusched.framework.registry import Registry
 from gpusched.kube.client import JSON, ApiError, Kube
 from gpusched.kube.lease import KubeLeases, LeaderElector, default_identity
 from gpusched.kube.ops import pod_path
-from gpusched.kube.watch import EventType, Reflector
+from gpusched.kube.watch import Backoff, EventType, Reflector
 from gpusched.kube.writer import ClusterWriter, ObjectRef
 from gpusched.model.node import NodeModel, TopologyKeys, node_from_k8s
 from gpusched.model.pod import PodInfo, pod_from_k8s
@@ -65,7 +67,6 @@ class DaemonOptions:
     instance: str = ""  # reportingInstance of our Events (the pod name in a cluster)
     identity: str = ""  # holder identity in the leader Lease; default: pod name + random suffix
     warm_up: bool = True  # compile the kernels before seeking the Lease (daemon/warmup.py)
-    watch_timeout_seconds: int = 300
 
 
 class Daemon:
@@ -114,7 +115,9 @@ class Daemon:
             lambda raw: _node(raw, topo),
             self._on_node,
             name="nodes",
-            watch_timeout=self.options.watch_timeout_seconds,
+            watch_timeout=config.watch.timeout_seconds,
+            read_timeout=config.watch.read_timeout_seconds,
+            backoff=_backoff(config.watch),
         )
         self.pod_watch: Reflector[PodInfo] = Reflector(
             kube,
@@ -123,7 +126,17 @@ class Daemon:
             self._on_pod,
             name="pods",
             query=[ACTIVE_PODS],
-            watch_timeout=self.options.watch_timeout_seconds,
+            watch_timeout=config.watch.timeout_seconds,
+            read_timeout=config.watch.read_timeout_seconds,
+            backoff=_backoff(config.watch),
+        )
+        # /healthz: the watches progress and the loop is not wedged (daemon/liveness.py).
+        self.liveness = Liveness(
+            [self.node_watch, self.pod_watch],
+            lambda: len(self.queue.active),
+            watch_stall=config.liveness.watch_stall_seconds,
+            loop_stall=config.liveness.loop_stall_seconds,
+            clock=clock,
         )
         self._warned: set[tuple[str, str]] = set()
         # Node warnings a standby saw: written as Events once it leads (only the leader
@@ -412,9 +425,12 @@ class Daemon:
 
     async def _loop(self) -> None:
         while True:
+            self.liveness.loop_waiting()
             info = await self.queue.pop()
             if info is None:
+                self.liveness.loop_stopped()
                 return
+            self.liveness.loop_beat()
             self._attempt(info)
             self.metrics.pending.labels("active").set(len(self.queue.active))
             # Let the watches in between attempts, so the cache stays current in a burst.
@@ -444,3 +460,11 @@ class Daemon:
 
 def _node(raw: JSON, topo: TopologyKeys) -> NodeModel:
     return node_from_k8s(raw, topo)
+
+
+def _backoff(watch: Watch) -> Backoff:
+    return Backoff(
+        initial=watch.initial_backoff_seconds,
+        maximum=watch.max_backoff_seconds,
+        reset_after=watch.backoff_reset_seconds,
+    )

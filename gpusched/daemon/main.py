@@ -136,7 +136,9 @@ async def _run(args: RunArgs, config: SchedulerConfig, registry: Registry, log: 
         return 1
     where = args.kubeconfig or "in-cluster config / $KUBECONFIG / ~/.kube/config"
     try:
-        kube = await Kube.connect(args.kubeconfig)
+        kube = await Kube.connect(
+            args.kubeconfig, keepalive_seconds=config.client_connection.tcp_keepalive_seconds
+        )
     except Exception as exc:
         print(
             f"gpusched run: cannot load the cluster connection from {where}: {exc}\n"
@@ -165,7 +167,12 @@ async def _run(args: RunArgs, config: SchedulerConfig, registry: Registry, log: 
         runner = None
         if args.metrics_port:
             try:
-                runner = await serve(metrics, args.metrics_port, lambda: daemon.is_ready)
+                runner = await serve(
+                    metrics,
+                    args.metrics_port,
+                    lambda: daemon.is_ready,
+                    daemon.liveness.problems,
+                )
             except OSError as exc:
                 print(
                     f"gpusched run: cannot serve /metrics on port {args.metrics_port}: {exc};"

@@ -6,18 +6,26 @@ on valid answers (POST pods/{name}/binding answers with a Status, which the gene
 create_namespaced_pod_binding turns into V1Binding and rejects with "target must not be
 None", kubernetes-client/python#547). So every call here goes through
 ``ApiClient.call_api(..., _preload_content=False)`` and returns decoded JSON dicts.
+
+Every connection to the API server has TCP keepalive on (kubernetes_asyncio's connector has
+none, and Linux's default first probe is after 2 hours): a peer that vanished without a FIN
+(a node or load balancer gone) is noticed in about a minute on an idle or waiting
+connection, as client-go's dialer (KeepAlive 30 s) notices it.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import socket
+import ssl
 from collections.abc import AsyncGenerator, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Literal, Self
 
 import aiohttp
+from aiohappyeyeballs import AddrInfoType, SocketFactoryType
 from kubernetes_asyncio import client as k8s_client
 from kubernetes_asyncio import config as k8s_config
 
@@ -26,6 +34,10 @@ Query = Sequence[tuple[str, str | int]]
 WatchType = Literal["ADDED", "MODIFIED", "DELETED", "BOOKMARK", "ERROR"]
 
 _AUTH = ["BearerToken"]
+# TCP keepalive: the first probe after this many idle seconds, then KEEPALIVE_PROBES probes a
+# third of it apart; a dead peer is given up after about twice this (60 s by default).
+KEEPALIVE_SECONDS = 30.0
+KEEPALIVE_PROBES = 3
 # request/_send take a timeout (noqa ASYNC109): it is aiohttp's per-request socket timeout,
 # which a watch must be able to switch off while ordinary calls keep one.
 
@@ -56,11 +68,77 @@ class WatchEvent:
     object: JSON
 
 
+def set_keepalive(sock: socket.socket, idle_seconds: float = KEEPALIVE_SECONDS) -> None:
+    """TCP keepalive on `sock`: first probe after `idle_seconds` of silence, then
+    KEEPALIVE_PROBES probes idle/3 apart before the kernel fails the connection."""
+    idle = max(1, int(idle_seconds))
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    # Linux names; macOS has TCP_KEEPALIVE for the idle time. Where absent, the system's.
+    for name, value in (
+        ("TCP_KEEPIDLE", idle),
+        ("TCP_KEEPINTVL", max(1, idle // 3)),
+        ("TCP_KEEPCNT", KEEPALIVE_PROBES),
+    ):
+        option = getattr(socket, name, None)
+        if option is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, option, value)
+
+
+def keepalive_socket_factory(idle_seconds: float = KEEPALIVE_SECONDS) -> SocketFactoryType:
+    """An aiohttp TCPConnector `socket_factory`: a socket with keepalive from the start."""
+
+    def factory(addr_info: AddrInfoType) -> socket.socket:
+        family, type_, proto, _, _ = addr_info
+        sock = socket.socket(family=family, type=type_, proto=proto)
+        try:
+            set_keepalive(sock, idle_seconds)
+        except OSError:
+            sock.close()
+            raise
+        return sock
+
+    return factory
+
+
+def _ssl_context(configuration: Any) -> ssl.SSLContext:
+    """The TLS context kubernetes_asyncio's RESTClientObject builds from a Configuration."""
+    context = ssl.create_default_context(cafile=configuration.ssl_ca_cert)
+    if configuration.cert_file:
+        context.load_cert_chain(configuration.cert_file, keyfile=configuration.key_file)
+    if not configuration.verify_ssl:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    if configuration.disable_strict_ssl_verification:
+        context.verify_flags &= ~ssl.VERIFY_X509_STRICT
+    return context
+
+
+def _use_keepalive(api_client: Any, idle_seconds: float) -> None:
+    """Swap kubernetes_asyncio's HTTP session (built in ApiClient's constructor, no
+    keepalive, no hook to add it) for one whose connector opens keepalive sockets, with the
+    same TLS, pool size and read buffer. The old session has opened nothing yet: detaching
+    it closes it without an unclosed-session warning."""
+    rest = api_client.rest_client
+    configuration = api_client.configuration
+    old: aiohttp.ClientSession = rest.pool_manager
+    connector = aiohttp.TCPConnector(
+        limit=configuration.connection_pool_maxsize,
+        ssl=_ssl_context(configuration),
+        socket_factory=keepalive_socket_factory(idle_seconds),
+    )
+    # read_bufsize as kubernetes_asyncio: a watch event can carry a 1.5 MiB object.
+    rest.pool_manager = aiohttp.ClientSession(
+        connector=connector, trust_env=True, read_bufsize=2**21
+    )
+    old.detach()
+
+
 class Kube:
     """One connection pool to one API server. Use as ``async with Kube.from_kubeconfig(...)``."""
 
-    def __init__(self, api_client: Any) -> None:
+    def __init__(self, api_client: Any, *, keepalive_seconds: float = KEEPALIVE_SECONDS) -> None:
         self.api_client = api_client
+        _use_keepalive(api_client, keepalive_seconds)
 
     @property
     def host(self) -> str:
@@ -68,7 +146,11 @@ class Kube:
 
     @classmethod
     async def connect(
-        cls, kubeconfig: str | os.PathLike[str] | None = None, *, context: str | None = None
+        cls,
+        kubeconfig: str | os.PathLike[str] | None = None,
+        *,
+        context: str | None = None,
+        keepalive_seconds: float = KEEPALIVE_SECONDS,
     ) -> Kube:
         """From a kubeconfig path; without one, in-cluster config when running in a pod, else
         $KUBECONFIG / ~/.kube/config as kubectl does."""
@@ -85,7 +167,7 @@ class Kube:
                 context=context,
                 client_configuration=configuration,
             )
-        return cls(k8s_client.ApiClient(configuration))
+        return cls(k8s_client.ApiClient(configuration), keepalive_seconds=keepalive_seconds)
 
     @classmethod
     def with_token(cls, host: str, token: str, ca_file: str | os.PathLike[str]) -> Kube:

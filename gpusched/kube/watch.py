@@ -10,7 +10,17 @@ client model costs an order of magnitude more per event, bench/watch_decode.py):
 * 410 Gone (the version was compacted): re-list and reconcile against the store, emitting
   synthetic ADDED/MODIFIED/DELETED for what changed while we were not watching (an
   informer's Replace), so the handler never misses a deletion;
-* a network or server error: reconnect with capped exponential backoff and jitter.
+* every failure (410 Gone, a failed list or watch, a network or server error) waits before
+  the next try: capped exponential backoff with jitter, reset once nothing has failed for a
+  while (client-go's reflector backoff manager: 800 ms doubling to 30 s, reset after 2 min),
+  so a 410 storm or a failing list does not hammer the API server;
+* a read that sees nothing for `read_timeout` seconds ends the watch (a half-open
+  connection); the server ends a healthy watch sooner (`timeoutSeconds`) and sends a
+  bookmark about every minute, so only a dead stream reaches the read timeout.
+
+`progress_at` is when the reflector last made progress (a list page, an event, a bookmark,
+a watch the server ended normally); `problem` says the watch is stuck when that is too long
+ago (the daemon's /healthz).
 
 Objects are decoded once, by `decode`, into the caller's slim type; the store keeps the
 decoded object and its resourceVersion per uid.
@@ -36,7 +46,15 @@ T = TypeVar("T")
 log = logging.getLogger(__name__)
 
 LIST_PAGE = 500
-WATCH_TIMEOUT_SECONDS = 300
+# The server ends each watch after about this long (timeoutSeconds, jittered down by 10 %)
+# and we watch again from the last version. Short enough that a healthy stream always sends
+# something (an event, a bookmark or its end) well within READ_TIMEOUT_SECONDS.
+WATCH_TIMEOUT_SECONDS = 60
+# A watch read that waits longer than this for a byte gives up (aiohttp sock_read): a
+# half-open connection (the server or a load balancer gone without a FIN) is noticed in
+# about 90 s instead of never. A bit above WATCH_TIMEOUT_SECONDS, never below it.
+READ_TIMEOUT_SECONDS = 90.0
+LIST_TIMEOUT_SECONDS = 60.0  # one list page
 # A watch the server ends this soon without a single event is a failure (client-go's
 # "very short watch"): re-watching at once would hammer the API server in a loop.
 MIN_WATCH_SECONDS = 1.0
@@ -61,20 +79,32 @@ Handler = Callable[[EventType, T], None]
 
 @dataclass
 class Backoff:
-    """Capped exponential backoff with full jitter (reset after a healthy watch)."""
+    """Capped exponential backoff with jitter, reset after a healthy period: the delay
+    doubles with every failure up to `maximum`, each drawn from [ceiling/2, ceiling]; once
+    `reset_after` seconds pass without a failure, the next one starts again from `initial`
+    (client-go's exponential backoff manager). A reset on the first good line would not do:
+    a list that succeeds before every 410 would re-list at the initial delay forever."""
 
-    initial: float = 0.5
+    initial: float = 0.8
     maximum: float = 30.0
-    failures: int = 0
+    reset_after: float = 120.0
     rng: random.Random = field(default_factory=random.Random)
+    clock: Callable[[], float] = time.monotonic
+    failures: int = 0
+    last_failure: float | None = None
 
     def next_delay(self) -> float:
+        now = self.clock()
+        if self.last_failure is not None and now - self.last_failure > self.reset_after:
+            self.failures = 0
+        self.last_failure = now
         self.failures += 1
         ceiling = min(self.maximum, self.initial * 2.0 ** min(self.failures - 1, 30))
         return ceiling / 2 + self.rng.uniform(0, ceiling / 2)
 
     def reset(self) -> None:
         self.failures = 0
+        self.last_failure = None
 
 
 @dataclass
@@ -101,6 +131,8 @@ class Reflector(Generic[T]):
         query: Sequence[tuple[str, str | int]] = (),
         backoff: Backoff | None = None,
         watch_timeout: int = WATCH_TIMEOUT_SECONDS,
+        read_timeout: float = READ_TIMEOUT_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.kube = kube
         self.path = path
@@ -108,16 +140,40 @@ class Reflector(Generic[T]):
         self.handler = handler
         self.name = name or path
         self.query = list(query)
-        self.backoff = backoff or Backoff()
+        self.clock = clock
+        self.backoff = backoff or Backoff(clock=clock)
         self.watch_timeout = watch_timeout
+        self.read_timeout = read_timeout
+        if read_timeout <= watch_timeout:
+            raise ValueError(
+                f"{self.name}: read_timeout ({read_timeout}) must exceed watch_timeout"
+                f" ({watch_timeout}), or every healthy quiet watch would time out"
+            )
         self.store: dict[str, tuple[str, T]] = {}  # uid -> (resourceVersion, object)
         self.resource_version = ""
         self.synced = asyncio.Event()
         self.stats = ReflectorStats()
+        self.progress_at = clock()  # the last list page, event, bookmark or clean watch end
+        self.last_error = ""  # why the last try failed; cleared by progress
 
     def get(self, uid: str) -> T | None:
         item = self.store.get(uid)
         return item[1] if item is not None else None
+
+    def problem(self, stall_seconds: float) -> str | None:
+        """Why this watch is unhealthy (no progress for more than `stall_seconds`), or None.
+        A healthy watch progresses at least once per watch (the server ends it after
+        `watch_timeout`, with bookmarks in between), so only a watch stuck in failures
+        (re-lists refused, the server unreachable) or a dead stream gets here."""
+        idle = self.clock() - self.progress_at
+        if idle <= stall_seconds:
+            return None
+        why = f"; last error: {self.last_error}" if self.last_error else ""
+        return f"watch {self.name}: no progress for {idle:.0f}s (limit {stall_seconds:.0f}s){why}"
+
+    def _progress(self) -> None:
+        self.progress_at = self.clock()
+        self.last_error = ""
 
     async def run(self) -> None:
         """List and watch until cancelled; never returns on errors, it retries."""
@@ -127,17 +183,24 @@ class Reflector(Generic[T]):
                 if need_list:
                     await self._list()
                     need_list = False
-                started = time.monotonic()
+                started = self.clock()
                 handled = await self._watch()
                 # A clean end (the server's timeoutSeconds): watch on from where we are.
-                if handled == 0 and time.monotonic() - started < MIN_WATCH_SECONDS:
+                if handled == 0 and self.clock() - started < MIN_WATCH_SECONDS:
                     raise ShortWatchError(f"{self.name}: the watch ended at once, empty")
+                self._progress()
+                continue
             except GoneError:
                 self.stats.gone += 1
-                log.info(
-                    "%s: resourceVersion %s expired, re-listing", self.name, self.resource_version
-                )
                 need_list = True
+                delay = self.backoff.next_delay()
+                self.last_error = f"resourceVersion {self.resource_version} expired (410 Gone)"
+                log.info(
+                    "%s: resourceVersion %s expired, re-listing in %.1fs",
+                    self.name,
+                    self.resource_version,
+                    delay,
+                )
             except asyncio.CancelledError:
                 raise
             except (
@@ -150,6 +213,7 @@ class Reflector(Generic[T]):
             ) as exc:
                 self.stats.errors += 1
                 delay = self.backoff.next_delay()
+                self.last_error = f"{type(exc).__name__}: {exc}"[:300]
                 log.warning("%s: watch failed (%s); reconnecting in %.1fs", self.name, exc, delay)
                 if isinstance(exc, ApiError) and exc.status in (401, 403):
                     log.error(
@@ -158,7 +222,7 @@ class Reflector(Generic[T]):
                         self.name,
                         exc.status,
                     )
-                await asyncio.sleep(delay)
+            await asyncio.sleep(delay)
 
     # -- list -------------------------------------------------------------------------------
 
@@ -172,6 +236,7 @@ class Reflector(Generic[T]):
             if cont:
                 query.append(("continue", cont))
             page = await self._get_json(query)
+            self._progress()
             meta = page.get("metadata") or {}
             version = str(meta.get("resourceVersion", ""))
             for raw in page.get("items") or ():
@@ -200,7 +265,9 @@ class Reflector(Generic[T]):
                 self._emit(EventType.MODIFIED, obj)
 
     async def _get_json(self, query: Sequence[tuple[str, str | int]]) -> JSON:
-        response = await self.kube._send("GET", self.path, query=query, timeout=60.0)
+        response = await self.kube._send(
+            "GET", self.path, query=query, timeout=LIST_TIMEOUT_SECONDS
+        )
         async with response:
             body = await response.read()
             if response.status == 410:
@@ -220,10 +287,7 @@ class Reflector(Generic[T]):
         handled = 0
         async for line in self._stream():
             self._line(line)
-            if handled == 0:
-                # Healthy again only once the server sends something we can use: a watch
-                # that fails right after its 200 must keep growing the backoff.
-                self.backoff.reset()
+            self._progress()
             handled += 1
         return handled
 
@@ -232,6 +296,8 @@ class Reflector(Generic[T]):
             *self.query,
             ("watch", "true"),
             ("resourceVersion", self.resource_version),
+            # Bookmarks: a quiet collection still advances our version (no re-list after a
+            # reconnect) and the stream proves it is alive about every minute.
             ("allowWatchBookmarks", "true"),
             # Jittered so many watches do not all reconnect at once.
             ("timeoutSeconds", int(self.watch_timeout * random.uniform(0.9, 1.0))),
@@ -240,7 +306,9 @@ class Reflector(Generic[T]):
             "GET",
             self.path,
             query=params,
-            timeout=aiohttp.ClientTimeout(total=None, sock_read=self.watch_timeout + 30),
+            # No total: the server ends the watch. sock_read: a stream silent for longer than
+            # the server would keep it open is dead (see READ_TIMEOUT_SECONDS).
+            timeout=aiohttp.ClientTimeout(total=None, sock_read=self.read_timeout),
         )
         async with response:
             if response.status == 410:

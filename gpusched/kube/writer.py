@@ -11,7 +11,11 @@ is a `WriteError` carrying the HTTP status, so the daemon can tell "pod gone" (4
 "already bound" (409) from errors worth a retry, and a definite refusal (any 4xx: the API
 server did not apply it) from an unknown outcome (a timeout, a reset connection, a 5xx: it
 may have been applied), which only a read of the pod can settle. Every request waits for a
-token of a client-side bucket (clientConnection qps/burst), as client-go's rate limiter does.
+token of a client-side bucket (clientConnection qps/burst), as client-go's rate limiter does,
+and there are two buckets: one for the scheduling writes (the Binding), one for the reports
+(Events, the PodScheduled condition), as kube-scheduler writes Events through a separate
+client. A backlog of unschedulable pods writes an Event and a condition per attempt; on one
+bucket that flood would make every Binding wait behind it.
 """
 
 from __future__ import annotations
@@ -20,10 +24,9 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
 
 import aiohttp
 
@@ -40,11 +43,18 @@ _EVENT_CACHE = 4096  # deduplication memory, as client-go's event correlator's L
 class TokenBucket:
     """qps tokens a second, at most `burst` saved up."""
 
-    def __init__(self, qps: float, burst: int, clock: Any = time.monotonic) -> None:
+    def __init__(
+        self,
+        qps: float,
+        burst: int,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
         self.qps = qps
         self.burst = float(burst)
         self.tokens = float(burst)
         self.clock = clock
+        self.sleep = sleep
         self.last = clock()
         self._lock = asyncio.Lock()
 
@@ -57,7 +67,7 @@ class TokenBucket:
         async with self._lock:  # first come, first served
             self._refill()
             if self.tokens < 1:
-                await asyncio.sleep((1 - self.tokens) / self.qps)
+                await self.sleep((1 - self.tokens) / self.qps)
                 self._refill()
             self.tokens -= 1
 
@@ -147,18 +157,33 @@ _NET_ERRORS = (aiohttp.ClientError, TimeoutError, OSError)
 
 class ClusterWriter:
     def __init__(
-        self, kube: Kube, *, qps: float = 50.0, burst: int = 100, instance: str = ""
+        self,
+        kube: Kube,
+        *,
+        qps: float = 50.0,
+        burst: int = 100,
+        instance: str = "",
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         self.kube = kube
-        self.bucket = TokenBucket(qps, burst)
+        # Binds and annotations: the scheduling writes, never queued behind reports.
+        self.bucket = TokenBucket(qps, burst, clock, sleep)
+        # Events and PodScheduled conditions: kube-scheduler's event client has its own
+        # limiter with the same clientConnection numbers; so does this bucket.
+        self.report_bucket = TokenBucket(qps, burst, clock, sleep)
         self.instance = instance or COMPONENT
         # (object uid, reason, message) -> (event namespace, event name, count)
         self._events: OrderedDict[tuple[str, str, str], tuple[str, str, int]] = OrderedDict()
         self._conditions: dict[str, tuple[str, str]] = {}  # pod uid -> (reason, message)
         self.writes = 0
 
-    async def _call(self, method: str, path: str, body: object, content_type: str) -> JSON:
-        await self.bucket.acquire()
+    async def _report(self, method: str, path: str, body: object, content_type: str) -> JSON:
+        """An Event or condition write: limited by the report bucket, not the binds'."""
+        await self.report_bucket.acquire()
+        return await self._send(method, path, body, content_type)
+
+    async def _send(self, method: str, path: str, body: object, content_type: str) -> JSON:
         self.writes += 1
         return await self.kube.request(
             method, path, body=body, content_type=content_type, timeout=30.0
@@ -201,7 +226,7 @@ class ClusterWriter:
         }
         try:
             # Strategic merge: conditions merge by `type`, the others are kept.
-            await self._call(
+            await self._report(
                 "PATCH",
                 pod_path(pod.namespace, pod.name) + "/status",
                 patch,
@@ -230,7 +255,7 @@ class ClusterWriter:
                 ns, name, count = seen
                 self._events[key] = (ns, name, count + 1)
                 self._events.move_to_end(key)
-                await self._call(
+                await self._report(
                     "PATCH",
                     f"/api/v1/namespaces/{ns}/events/{name}",
                     {"count": count + 1, "lastTimestamp": now},
@@ -260,7 +285,7 @@ class ClusterWriter:
                 "reportingComponent": COMPONENT,
                 "reportingInstance": self.instance,
             }
-            created = await self._call(
+            created = await self._report(
                 "POST", f"/api/v1/namespaces/{namespace}/events", body, "application/json"
             )
             name = str((created.get("metadata") or {}).get("name", ""))

@@ -71,12 +71,28 @@ class Metrics:
         return generate_latest(self.registry)
 
 
+def _always_healthy() -> list[str]:
+    return []
+
+
 async def serve(
-    metrics: Metrics, port: int, ready: Callable[[], bool], host: str = "0.0.0.0"
+    metrics: Metrics,
+    port: int,
+    ready: Callable[[], bool],
+    problems: Callable[[], list[str]] = _always_healthy,
+    host: str = "0.0.0.0",
 ) -> web.AppRunner:
-    """Start the health/metrics server; the caller cleans the runner up on exit."""
+    """Start the health/metrics server; the caller cleans the runner up on exit.
+
+    /healthz (liveness) answers 500 with one line per problem `problems()` names, else ok;
+    /readyz (readiness) answers 503 until `ready()`."""
 
     async def healthz(_: web.Request) -> web.Response:
+        found = problems()
+        if found:
+            return web.Response(
+                status=500, text="unhealthy:\n" + "".join(f"- {p}\n" for p in found)
+            )
         return web.Response(text="ok")
 
     async def readyz(_: web.Request) -> web.Response:

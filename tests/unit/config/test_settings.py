@@ -11,6 +11,7 @@ from gpusched.config import (
     config_from_dict,
     config_to_document,
 )
+from gpusched.config.settings import Liveness, Watch
 from gpusched.framework.registry import Registry
 from gpusched.model.node import TopologyKeys
 from tests.builders import CONFIG_HEAD, config_load_error
@@ -27,6 +28,17 @@ def test_default_settings(registry: Registry) -> None:
         "topology.gpusched.io/rack", "topology.gpusched.io/spine"
     )
     assert cfg.max_cards_per_node == 8
+    assert cfg.client_connection.tcp_keepalive_seconds == 30
+    # The server ends a watch after ~60 s, a dead stream is dropped after 90 s of silence;
+    # client-go's reflector backoff (800 ms doubling to 30 s, reset after 2 quiet minutes).
+    assert cfg.watch == Watch(
+        timeout_seconds=60,
+        read_timeout_seconds=90.0,
+        initial_backoff_seconds=0.8,
+        max_backoff_seconds=30.0,
+        backoff_reset_seconds=120.0,
+    )
+    assert cfg.liveness == Liveness(watch_stall_seconds=180.0, loop_stall_seconds=60.0)
     # kube-scheduler's leaderElection defaults; the Lease next to its own in kube-system.
     assert cfg.leader_election == LeaderElection(
         leader_elect=True,
@@ -54,6 +66,28 @@ def test_leader_election_is_read(registry: Registry) -> None:
         registry,
     )
     assert cfg.leader_election == LeaderElection(False, 3, 2.0, 0.5, "gpusched-test", "gpu-system")
+    assert config_from_dict(config_to_document(cfg), registry) == cfg
+
+
+def test_watch_and_liveness_settings_are_read(registry: Registry) -> None:
+    cfg = config_from_dict(
+        {
+            **CONFIG_HEAD,
+            "clientConnection": {"tcpKeepaliveSeconds": 15},
+            "watch": {
+                "timeoutSeconds": 30,
+                "readTimeoutSeconds": 45,
+                "initialBackoffSeconds": 1,
+                "maxBackoffSeconds": 10,
+                "backoffResetSeconds": 60,
+            },
+            "liveness": {"watchStallSeconds": 100, "loopStallSeconds": 20},
+        },
+        registry,
+    )
+    assert cfg.client_connection.tcp_keepalive_seconds == 15
+    assert cfg.watch == Watch(30, 45.0, 1.0, 10.0, 60.0)
+    assert cfg.liveness == Liveness(100.0, 20.0)
     assert config_from_dict(config_to_document(cfg), registry) == cfg
 
 
@@ -113,6 +147,33 @@ def test_settings_are_read(registry: Registry) -> None:
         ({"clientConnection": {"burst": 0}}, "clientConnection.burst: must be >= 1, got 0"),
         ({"clientConnection": {"kubeconfig": "x"}}, "clientConnection.kubeconfig: unknown field"),
         ({"topologyKeys": {"rack": "bad key!"}}, "topologyKeys.rack: is not a valid label key"),
+        (
+            {"clientConnection": {"tcpKeepaliveSeconds": 0}},
+            "clientConnection.tcpKeepaliveSeconds: must be >= 1, got 0",
+        ),
+        (
+            {"watch": {"readTimeoutSeconds": 60}},
+            "watch.readTimeoutSeconds: must be > timeoutSeconds (60), got 60",
+        ),
+        ({"watch": {"timeoutSeconds": 0}}, "watch.timeoutSeconds: must be >= 1, got 0"),
+        ({"watch": {"timeoutSeconds": 1.5}}, "watch.timeoutSeconds: expected an integer"),
+        (
+            {"watch": {"maxBackoffSeconds": 0.5}},
+            "watch.maxBackoffSeconds: must be >= initialBackoffSeconds (0.8), got 0.5",
+        ),
+        (
+            {"watch": {"initialBackoffSeconds": 0}},
+            "watch.initialBackoffSeconds: must be > 0, got 0",
+        ),
+        (
+            {"watch": {"backoffResetSeconds": -1}},
+            "watch.backoffResetSeconds: must be > 0, got -1",
+        ),
+        (
+            {"liveness": {"watchStallSeconds": 90}},
+            "liveness.watchStallSeconds: must be > watch.readTimeoutSeconds (90.0), got 90",
+        ),
+        ({"liveness": {"loopStallSeconds": 0}}, "liveness.loopStallSeconds: must be > 0, got 0"),
         (
             {"topologyKeys": {"rack": "Bad_Prefix/rack"}},
             "topologyKeys.rack: is not a valid label key: the prefix",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import gc
 import io
 from typing import Any
@@ -11,6 +12,7 @@ import orjson
 import pytest
 
 from gpusched.config import LeaderElection, default_config
+from gpusched.config.settings import Watch
 from gpusched.daemon import Daemon, DaemonOptions
 from gpusched.devcluster.nodes import NodeSpec, node_object
 from gpusched.framework.status import Code, Status
@@ -474,3 +476,39 @@ async def test_a_node_that_grows_past_max_cards_per_node_is_no_longer_used(
     d.node_watch._line(watch_line("MODIFIED", raw))
     assert "grown" not in d.cache.snapshot.rows
     assert any("node ignored" in e.get("warning", "") for e in _events(stream))
+
+
+def test_the_watch_settings_reach_the_reflectors() -> None:
+    registry = default_registry()
+    config = dataclasses.replace(default_config(registry), watch=Watch(30, 45.0, 2.0, 8.0, 50.0))
+    d = Daemon(None, config, registry, make_logger(io.StringIO()))  # type: ignore[arg-type]
+    for watch in (d.node_watch, d.pod_watch):
+        assert (watch.watch_timeout, watch.read_timeout) == (30, 45.0)
+        assert (watch.backoff.initial, watch.backoff.maximum) == (2.0, 8.0)
+        assert watch.backoff.reset_after == 50.0
+    assert d.node_watch.backoff is not d.pod_watch.backoff  # each watch backs off alone
+
+
+async def test_healthz_sees_the_watches_and_a_wedged_loop(
+    daemon: tuple[Daemon, FakeWriter], clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    d, _ = daemon
+    assert d.liveness.watches == [d.node_watch, d.pod_watch]
+    clock.t += 3600
+    assert d.liveness.problems() == []  # no loop yet (a standby): only the watches count
+    seen: list[str] = []
+
+    def wedged(info: Any) -> None:  # an attempt that takes 61 s
+        clock.t += 61
+        seen.extend(d.liveness.problems())
+        d.queue.close()
+
+    monkeypatch.setattr(d, "_attempt", wedged)
+    d.pod_watch._line(watch_line("ADDED", raw_pod("p", "1")))
+    d.pod_watch._line(watch_line("ADDED", raw_pod("q", "2")))
+    async with asyncio.timeout(GUARD):
+        await d._loop()
+    assert seen == [
+        "scheduling loop: no progress for 61s (limit 60s), in an attempt with 1 pods active"
+    ]
+    assert d.liveness.problems() == []  # the loop ended: nothing to check

@@ -1,5 +1,6 @@
 """The reflector: store and version from events, relist on 410, reconnect backoff and
-malformed lines (Reflector.run against an in-memory API server)."""
+malformed lines, read timeouts, progress for /healthz (Reflector.run against an in-memory
+API server)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,14 @@ import orjson
 import pytest
 
 from gpusched.kube.client import ApiError
-from gpusched.kube.watch import Backoff, EventType, GoneError, Reflector
+from gpusched.kube.watch import (
+    READ_TIMEOUT_SECONDS,
+    WATCH_TIMEOUT_SECONDS,
+    Backoff,
+    EventType,
+    GoneError,
+    Reflector,
+)
 from gpusched.model.pod import PodInfo, pod_from_k8s
 from tests.builders import watch_line
 from tests.fakes import FakeKube
@@ -132,18 +140,32 @@ def delays(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     return out
 
 
-def _reflector(kube: FakeKube, seen: list[tuple[EventType, Any]] | None = None) -> Reflector[Any]:
+def _reflector(
+    kube: FakeKube,
+    seen: list[tuple[EventType, Any]] | None = None,
+    clock: Any = None,
+) -> Reflector[Any]:
     def handler(kind: EventType, obj: Any) -> None:
         if seen is not None:
             seen.append((kind, obj))
 
+    extra = {} if clock is None else {"clock": clock}
     return Reflector(
         kube,  # type: ignore[arg-type]
         "/api/v1/pods",
         lambda raw: raw["metadata"]["name"],
         handler,
+        name="pods",
         backoff=Backoff(initial=0.5, maximum=30.0, rng=random.Random(0)),
+        **extra,
     )
+
+
+GONE = orjson.dumps({"type": "ERROR", "object": {"kind": "Status", "code": 410}}) + b"\n"
+EVENT = orjson.dumps(
+    {"type": "ADDED", "object": {"metadata": {"name": "a", "uid": "u-a", "resourceVersion": "9"}}}
+)
+BOOKMARK = orjson.dumps({"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "12"}}})
 
 
 async def test_a_watch_the_server_closes_at_once_backs_off(delays: list[float]) -> None:
@@ -188,3 +210,99 @@ async def test_a_malformed_watch_line_does_not_kill_the_reflector(delays: list[f
         await reflector.run()
     assert seen == [(EventType.ADDED, "a")]
     assert reflector.resource_version == "9"
+
+
+@pytest.mark.parametrize(
+    "body",
+    [[GONE], [EVENT + b"\n", GONE]],
+    ids=["410 at once", "an event, then 410"],
+)
+async def test_the_relist_after_410_gone_backs_off_exponentially(
+    delays: list[float], body: list[bytes]
+) -> None:
+    # Without a backoff a compaction storm turns into a list of every pod per round trip;
+    # a good event before the 410 must not reset it (it did: a healthy first line reset).
+    kube = FakeKube(lambda: list(body), max_watches=6)
+    reflector = _reflector(kube)
+    with pytest.raises(asyncio.CancelledError):
+        await reflector.run()
+    assert reflector.stats.gone == 6
+    assert kube.lists == 7  # the first list and one per 410
+    assert len(delays) == 6  # every re-list waited
+    assert delays == sorted(delays)
+    assert delays[-1] >= 4.0  # 0.5 * 2**4 = 8, jittered to [4, 8]
+
+
+def test_the_backoff_resets_only_after_a_healthy_period() -> None:
+    t = [0.0]
+    b = Backoff(
+        initial=1.0, maximum=8.0, reset_after=120.0, rng=random.Random(1), clock=lambda: t[0]
+    )
+    for now in (0.0, 10.0, 20.0):
+        t[0] = now
+        delay = b.next_delay()
+    assert 2.0 <= delay <= 4.0  # third failure: ceiling 4
+    t[0] = 130.0  # 110 s after the last failure: still the same trouble
+    assert 4.0 <= b.next_delay() <= 8.0
+    t[0] = 251.0  # 121 s without a failure: healthy, start again
+    assert b.next_delay() <= 1.0
+
+
+async def test_watch_reads_time_out_in_about_90s_with_bookmarks(delays: list[float]) -> None:
+    kube = FakeKube(lambda: [BOOKMARK + b"\n"], max_watches=3)
+    with pytest.raises(asyncio.CancelledError):
+        await _reflector(kube).run()
+    watches = [kw for kw in kube.sent if dict(kw["query"]).get("watch") == "true"]
+    assert len(watches) == kube.watches == 4  # the fourth is the one the fake cancels
+    assert (WATCH_TIMEOUT_SECONDS, READ_TIMEOUT_SECONDS) == (60, 90.0)
+    for kw in watches:
+        query = dict(kw["query"])
+        assert query["allowWatchBookmarks"] == "true"
+        # The server ends a healthy watch first (54-60 s); the client gives a dead one 90 s.
+        assert 54 <= int(query["timeoutSeconds"]) <= 60
+        assert kw["timeout"].sock_read == 90.0
+        assert kw["timeout"].total is None
+    assert delays == []  # a watch the server ends after a bookmark is no failure
+
+
+def test_the_read_timeout_must_exceed_the_watch_timeout() -> None:
+    with pytest.raises(ValueError, match="read_timeout"):
+        Reflector(None, "/p", pod_from_k8s, lambda k, o: None, watch_timeout=90, read_timeout=90)  # type: ignore[arg-type]
+
+
+async def test_progress_is_recorded_by_lists_events_and_bookmarks(delays: list[float]) -> None:
+    t = [1000.0]
+
+    def body() -> list[bytes]:
+        t[0] += 50.0  # each watch starts 50 s after the one before
+        return [EVENT + b"\n", BOOKMARK + b"\n"]
+
+    kube = FakeKube(body, max_watches=2)
+    reflector = _reflector(kube, clock=lambda: t[0])
+    with pytest.raises(asyncio.CancelledError):
+        await reflector.run()
+    assert reflector.progress_at == 1100.0  # the second watch's lines
+    assert reflector.problem(180.0) is None
+    t[0] = 1280.0
+    assert reflector.problem(180.0) is None  # 180 s: not more than the limit
+    t[0] = 1281.0
+    assert reflector.problem(180.0) == "watch pods: no progress for 181s (limit 180s)"
+
+
+async def test_a_watch_stuck_in_failing_relists_is_reported_with_its_error(
+    delays: list[float],
+) -> None:
+    t = [1000.0]
+    kube = FakeKube(list, list_status=500, max_lists=5)
+    reflector = _reflector(kube, clock=lambda: t[0])
+    with pytest.raises(asyncio.CancelledError):
+        await reflector.run()
+    assert len(delays) == 5  # every failed list backed off
+    assert delays[-1] >= 4.0
+    assert reflector.problem(180.0) is None  # young: give it time
+    t[0] += 181.0
+    problem = reflector.problem(180.0)
+    assert problem is not None
+    assert problem.startswith("watch pods: no progress for 181s (limit 180s); last error: ")
+    assert "HTTP 500" in problem
+    assert not reflector.synced.is_set()

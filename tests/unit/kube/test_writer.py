@@ -1,14 +1,18 @@
-"""The writer: API failures mapped to statuses, the client-side rate limiter."""
+"""The writer: API failures mapped to statuses, the client-side rate limiters (binds and
+reports apart)."""
 
 from __future__ import annotations
+
+import asyncio
 
 import pytest
 
 from gpusched.framework.status import ends_attempt as final
 from gpusched.framework.status import outcome_unknown
 from gpusched.kube.client import ApiError
-from gpusched.kube.writer import ClusterWriter, TokenBucket, WriteError, _failure
+from gpusched.kube.writer import ClusterWriter, ObjectRef, TokenBucket, WriteError, _failure
 from gpusched.model.pod import PodInfo, PodRequest
+from tests.fakes import FakeKube
 
 
 def _pod() -> PodInfo:
@@ -72,3 +76,47 @@ async def test_the_card_assignment_travels_in_the_binding() -> None:
     assert body["metadata"] == {"name": "p", "namespace": "ns", "uid": "u", "annotations": ann}
     assert body["target"] == {"apiVersion": "v1", "kind": "Node", "name": "n1"}
     assert not hasattr(writer, "annotate")
+
+
+GUARD = 10.0  # against a hang; nothing below waits on time
+
+
+async def test_a_flood_of_events_and_conditions_does_not_delay_a_bind() -> None:
+    # A backlog of unschedulable pods writes an Event and a PodScheduled condition per
+    # attempt. On one bucket with the binds, the Binding would queue behind all of them.
+    kube = FakeKube(list)
+    waits: list[float] = []
+    report_waiting = asyncio.Event()
+    never = asyncio.Event()
+
+    async def sleep(seconds: float) -> None:  # a token refill that never comes
+        waits.append(seconds)
+        report_waiting.set()
+        await never.wait()
+
+    writer = ClusterWriter(kube, qps=5, burst=2, clock=lambda: 0.0, sleep=sleep)  # type: ignore[arg-type]
+    backlog = [
+        PodInfo(uid=f"u{i}", namespace="ns", name=f"p{i}", request=PodRequest()) for i in range(4)
+    ]
+    reports = [
+        *(
+            asyncio.create_task(
+                writer.event(ObjectRef.pod(p), "Warning", "FailedScheduling", f"0/9 nodes {i}")
+            )
+            for i, p in enumerate(backlog)
+        ),
+        *(asyncio.create_task(writer.pod_condition(p, "Unschedulable", "0/9")) for p in backlog),
+    ]
+    try:
+        await report_waiting.wait()  # the burst is spent: the next report waits for a token
+        async with asyncio.timeout(GUARD):
+            status = await writer.bind(_pod(), "n1")
+        assert status.is_success()
+        assert kube.requests[-1] == ("POST", "/api/v1/namespaces/ns/pods/p/binding")
+        assert len(kube.requests) == 3  # two reports (the burst), then the Binding
+        assert waits == [pytest.approx(0.2)]  # only a report waited, the bind did not
+        assert not any(r.done() for r in reports[2:])
+    finally:
+        for r in reports:
+            r.cancel()
+        await asyncio.gather(*reports, return_exceptions=True)
