@@ -226,13 +226,15 @@ class ClusterCache:
             self._by_node.setdefault(pod.node_name, set()).add(pod.uid)
         else:
             # An in-place resize (on by default since 1.33) changes the request of a running
-            # pod, an edit its assignment: what is charged must follow, or its deletion later
-            # returns another amount than was taken (the node drifts). Re-charged in place,
-            # keeping what the cache knows of the pod.
+            # pod, an edit its assignment or its job label: what is charged must follow, or
+            # its deletion later returns another amount than was taken (the node drifts) or
+            # leaves its old job on the row. Re-charged in place, keeping what the cache knows
+            # of the pod.
             if (
                 entry.alloc is not None
                 and claim == entry.claim
                 and entry.pod.request == pod.request
+                and entry.pod.job_key == pod.job_key
             ):
                 entry.pod = pod
                 entry.assumed = False

@@ -140,6 +140,18 @@ def test_job_rows_follow_pods() -> None:
     assert c.job_rows("job").size == 0 and c.job_rows("ns/none").size == 0
 
 
+def test_a_bound_pods_job_label_change_moves_it_to_the_new_job() -> None:
+    # The old job kept the row forever: its count was never given back.
+    c = cache_with("a")
+    row = c.snapshot.row_of("a")
+    pod = replace(make_pod("p", gpu_cards=1), job_id="j1", node_name="a", gpu_ids=(0,))
+    c.add_or_update_pod(pod)
+    c.add_or_update_pod(replace(pod, job_id="j2"))
+    assert c.job_rows("ns/j1").size == 0 and c.job_rows("ns/j2").tolist() == [row]
+    c.remove_pod(pod.uid)
+    assert c.job_rows("ns/j2").size == 0
+
+
 def test_allowed_models_cache_tracks_new_models() -> None:
     snap = Snapshot(8, capacity=4)
     snap.upsert_node(gpu_node("a", model="A100"))
