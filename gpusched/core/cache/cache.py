@@ -283,8 +283,16 @@ class ClusterCache:
 
     def _apply(self, entry: PodEntry, row: int) -> None:
         # All or nothing: the allocation is worked out before anything is charged, so a
-        # failure leaves no half-counted entry.
+        # failure leaves no half-counted entry; the warning goes out once the charge is made.
         self._charge(entry, *self._allocation_of(entry, row))
+        if entry.suspect and entry.alloc is not None:
+            held = ",".join(map(str, entry.alloc.cards)) or "none"
+            message = (
+                f"pod {entry.pod.key} on {entry.alloc.node}: {entry.suspect}; charged"
+                f" conservatively as whole card(s) {held}"
+            )
+            self.stats.warnings.append(message)
+            self.pod_warning(entry.pod, message)
 
     def _charge(self, entry: PodEntry, alloc: Allocation, inferred: bool) -> None:
         entry.inferred = inferred
@@ -388,13 +396,6 @@ class ClusterCache:
             (FULL_CARD_MILLI,) * len(cards),
             tuple(max(0, int(snap.card_total_mem[row, c])) for c in cards),
         )
-        held = ",".join(map(str, cards)) if cards else "none"
-        message = (
-            f"pod {entry.pod.key} on {alloc.node}: {entry.suspect}; charged conservatively as"
-            f" whole card(s) {held}"
-        )
-        self.stats.warnings.append(message)
-        self.pod_warning(entry.pod, message)
         return alloc, inferred
 
     def _infer(

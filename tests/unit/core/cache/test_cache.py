@@ -524,3 +524,20 @@ def test_any_assignment_history_is_never_cheaper_than_the_request_and_frees_exac
     assert free_milli(c) == [1000] * 8
     assert int(c.snapshot.card_free_mem[row].sum()) == 8 * 81920
     assert c.snapshot.node_cpu_free[row] == 64_000
+
+
+def test_a_raising_warning_receiver_leaves_the_pod_charged() -> None:
+    c = cache_with("a")
+
+    def boom(pod: PodInfo, message: str) -> None:
+        raise RuntimeError(message)
+
+    c.pod_warning = boom
+    pod = bound("s", "2", "0", gpu_milli=300, cpu_milli=1000)
+    with pytest.raises(RuntimeError, match="outside 300-1000"):
+        c.add_or_update_pod(pod)
+    entry = c.get(pod.uid)
+    assert entry is not None and entry.alloc is not None and free_milli(c)[2] == 0
+    c.remove_pod(pod.uid)
+    assert free_milli(c) == [1000] * 8
+    assert c.snapshot.node_cpu_free[c.snapshot.row_of("a")] == 64_000
