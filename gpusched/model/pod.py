@@ -25,7 +25,7 @@ import difflib
 import enum
 import functools
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -422,7 +422,6 @@ def pod_from_k8s(obj: Mapping[str, Any]) -> PodInfo:
             errors.append(f"annotation {keys.GPU_IDS}={raw_ids!r}: {exc}")
 
     priority = spec.get("priority")
-    tolerations: Sequence[Any] = spec.get("tolerations") or []
     return PodInfo(
         uid=str(meta.get("uid", "")),
         namespace=namespace,
@@ -438,12 +437,12 @@ def pod_from_k8s(obj: Mapping[str, Any]) -> PodInfo:
         ),
         scheduler_name=str(spec.get("schedulerName") or "default-scheduler"),
         node_name=str(spec.get("nodeName") or ""),
-        priority=priority if isinstance(priority, int) else 0,
+        priority=priority if isinstance(priority, int) and not isinstance(priority, bool) else 0,
         labels=labels,
         annotations=ann,
-        node_selector=spec.get("nodeSelector") or {},
-        affinity=spec.get("affinity") or {},
-        tolerations=tuple(t for t in tolerations if isinstance(t, dict)),
+        node_selector=_resource_list(spec.get("nodeSelector")),
+        affinity=_resource_list(spec.get("affinity")),
+        tolerations=tuple(_dicts(spec.get("tolerations"))),
         created=_parse_time(meta.get("creationTimestamp")),
         gang=gang,
         job_id=str(labels.get(keys.JOB_ID_LABEL) or (gang.name if gang else "")),

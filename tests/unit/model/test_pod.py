@@ -3,6 +3,8 @@
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gpusched.model import keys
 from gpusched.model.pod import MAX_REQUEST, GpuKind, NVLink, parse_gpu_ids, pod_from_k8s
@@ -372,3 +374,53 @@ def test_a_request_beyond_int64_is_clamped_and_reported() -> None:
     p = pod_from_k8s(pod([named("a", c("1", "1e30"))]))
     assert p.request.memory_bytes == MAX_REQUEST
     assert any("request memory=" in e and "out of range" in e for e in p.errors)
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3)
+    ),
+    max_leaves=12,
+)
+
+
+@given(
+    spec=st.dictionaries(
+        st.sampled_from(
+            [
+                "containers",
+                "initContainers",
+                "tolerations",
+                "resources",
+                "overhead",
+                "priority",
+                "nodeName",
+                "nodeSelector",
+                "affinity",
+                "schedulerName",
+            ]
+        ),
+        _JSON,
+    ),
+    status=_JSON,
+    annotations=st.dictionaries(st.sampled_from(keys.POD_ANNOTATIONS), st.text(max_size=8)),
+)
+@settings(max_examples=300, deadline=None)
+def test_any_json_the_watch_could_deliver_parses_without_raising(
+    spec: dict[str, Any], status: Any, annotations: dict[str, str]
+) -> None:
+    raw = pod([named("a", c("1"))], annotations=annotations)
+    raw["spec"].update(spec)
+    raw["status"] = status
+    p = pod_from_k8s(raw)
+    assert p.uid == "u1" and p.request.cpu_milli >= 0
+    assert isinstance(p.node_selector, dict) and isinstance(p.affinity, dict)
+
+
+@pytest.mark.parametrize("field", ["tolerations", "nodeSelector", "affinity"])
+def test_a_scalar_where_a_list_or_map_belongs_is_ignored(field: str) -> None:
+    raw = pod([c("1")])
+    raw["spec"][field] = 5  # raised TypeError: 'int' object is not iterable
+    p = pod_from_k8s(raw)
+    assert (p.tolerations, p.node_selector, p.affinity) == ((), {}, {})
