@@ -69,7 +69,7 @@ from gpusched.model.node import FULL_CARD_MILLI, NodeModel
 from gpusched.model.pod import GpuKind, PodInfo, PodRequest, parse_gpu_ids
 from gpusched.model.share import share_on_card
 
-_MILLI = re.compile(r"[0-9]{1,4}")  # gpu-milli-assigned: 0-9999, clamped to a card later
+_MILLI = re.compile(r"[0-9]{1,4}")  # gpu-milli-assigned: ASCII digits; above 1000 is invalid
 
 
 @dataclass(slots=True)
