@@ -3,11 +3,15 @@
 The daemon's watches call these handlers; the simulator's in-memory cluster calls the same
 ones when it binds or deletes a pod, so both see a bind, a deletion or a node change the
 same way (kube-scheduler's eventhandlers.go).
+
+A bound pod whose GPU assignment the cache does not trust (invalid, or changed after
+binding: core/cache/cache.py) is charged conservatively and reported through
+`on_pod_warning(pod, message)`; the daemon turns that into a Warning Event on the pod.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 
 from gpusched.core.cache.cache import ClusterCache
 from gpusched.core.queue import ClusterEvent, SchedulingQueue
@@ -23,8 +27,14 @@ class ClusterEvents:
         queue: SchedulingQueue,
         waiting: Collection[WaitingPods],
         profiles: Collection[str],
+        on_pod_warning: Callable[[PodInfo, str], None] | None = None,
     ) -> None:
         self.cache = cache
+        if on_pod_warning is not None:
+            # Called synchronously, after the pod is charged, each time the cache charges a
+            # pod whose assignment it does not trust (its first sight, its node's arrival, a
+            # resize, another edit): the receiver deduplicates.
+            cache.pod_warning = on_pod_warning
         self.queue = queue
         self.waiting = tuple(waiting)
         self.profiles = frozenset(profiles)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -59,6 +60,9 @@ Logger = structlog.typing.FilteringBoundLogger
 # cache. A pod that finishes is seen as a deletion.
 ACTIVE_PODS = ("fieldSelector", "status.phase!=Succeeded,status.phase!=Failed")
 TIMER_SECONDS = 1.0  # backoff and unschedulable flushes, kube's 1 s ticker
+# Pod warnings remembered for deduplication (the oldest forgotten first): a tenant editing
+# annotations in a loop must not grow the daemon's memory.
+MAX_POD_WARNINGS = 1024
 
 
 @dataclass(frozen=True)
@@ -142,9 +146,16 @@ class Daemon:
         # Node warnings a standby saw: written as Events once it leads (only the leader
         # writes to the API, as kube-scheduler's standbys write nothing).
         self._unwritten: list[tuple[str, str]] = []
+        # (pod uid, message) -> the pod while its Warning Event is unwritten (a standby's),
+        # None once written.
+        self._pod_warned: OrderedDict[tuple[str, str], PodInfo | None] = OrderedDict()
         self.tasks = Tasks(logger)
         self.events = ClusterEvents(
-            self.cache, self.queue, [fw.waiting for fw in self.frameworks.values()], self.frameworks
+            self.cache,
+            self.queue,
+            [fw.waiting for fw in self.frameworks.values()],
+            self.frameworks,
+            on_pod_warning=self._pod_warning,
         )
         self.schedule_one = ScheduleOne(
             self.frameworks,
@@ -257,6 +268,10 @@ class Daemon:
             for name, warning in self._unwritten:
                 self._write_node_warning(name, warning)
             self._unwritten.clear()
+            for key, unwritten in list(self._pod_warned.items()):
+                if unwritten is not None and self.cache.get(key[0]) is not None:
+                    self._write_pod_warning(unwritten, key[1])
+                self._pod_warned[key] = None
             loop_task = asyncio.create_task(self._loop(), name="scheduling loop")
             core = {loop_task, *background, *([elector_task] if elector_task else [])}
             await self._until(None, core)
@@ -411,6 +426,29 @@ class Daemon:
                 ObjectRef.node(name), "Warning", "GPUInventory", warning, action="ReadNode"
             ),
             f"event node {name}",
+        )
+
+    def _pod_warning(self, pod: PodInfo, message: str) -> None:
+        """A pod charged conservatively (core/cache/cache.py): logged, and a Warning Event on
+        the pod, once per pod and message; a standby writes it once it leads."""
+        key = (pod.uid, message)
+        if key in self._pod_warned:
+            self._pod_warned.move_to_end(key)
+            return
+        self._pod_warned[key] = pod
+        while len(self._pod_warned) > MAX_POD_WARNINGS:
+            self._pod_warned.popitem(last=False)
+        self.log.warning("pod GPU assignment", pod=pod.key, uid=pod.uid, warning=message)
+        if self.leading.is_set():
+            self._pod_warned[key] = None
+            self._write_pod_warning(pod, message)
+
+    def _write_pod_warning(self, pod: PodInfo, message: str) -> None:
+        self.tasks.spawn(
+            self.writer.event(
+                ObjectRef.pod(pod), "Warning", "GPUAssignmentInvalid", message, action="ReadPod"
+            ),
+            f"event {pod.key}",
         )
 
     def _on_pod(self, kind: EventType, pod: PodInfo) -> None:

@@ -1,10 +1,18 @@
 """Pod requests as the scheduler sees them, parsed from a Kubernetes pod dict.
 
-CPU and memory follow Kubernetes' own arithmetic (component-helpers/resource.PodRequests):
-regular containers are summed, sidecar (restartable) init containers add to that sum, each
-ordinary init container runs alone next to the sidecars started before it, the pod needs the
-maximum of the two, plus spec.overhead. Pod-level resources (spec.resources), when given,
-replace the container sum for the resources they name.
+Requests follow Kubernetes' own arithmetic (component-helpers/resource.PodRequests with
+UseStatusResources, what kube-scheduler charges since in-place resize): regular containers
+are summed, sidecar (restartable) init containers add to that sum, each ordinary init
+container runs alone next to the sidecars started before it, the pod needs the maximum of
+the two; pod-level resources (spec.resources.requests), when given, replace that for the
+resources they name (cpu, memory); spec.overhead is added last. A regular or sidecar
+container whose status reports `resources` is charged, per resource, the maximum of its spec
+requests, status.containerStatuses[].resources.requests and .allocatedResources, the spec
+left out while the resize is Infeasible (condition PodResizePending with reason Infeasible
+since 1.33, status.resize "Infeasible" before): a resize the kubelet has not finished or
+cannot do still holds what the node admitted. The same rule covers every resource the model
+reads (cpu, memory, nvidia.com/gpu; extended resources cannot be resized, the max keeps them
+as they are).
 
 Malformed gpusched annotations never raise: they are collected in `PodInfo.errors`, each
 naming the annotation and the value, and the framework turns them into an
@@ -15,8 +23,9 @@ from __future__ import annotations
 
 import difflib
 import enum
+import functools
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -114,17 +123,66 @@ def _resource_list(obj: Any) -> Mapping[str, Any]:
     return obj if isinstance(obj, dict) else {}
 
 
-def _container_requests(c: Mapping[str, Any], errors: list[str], where: str) -> dict[str, int]:
-    res = _resource_list(c.get("resources"))
-    requests = dict(_resource_list(res.get("limits")))
-    # Kubernetes defaults a missing request to the limit; explicit requests win.
-    requests.update(_resource_list(res.get("requests")))
-    out: dict[str, int] = {}
+# A request beyond this is no node's (2^62 milli-CPU, 4 EiB); above int64 the snapshot's
+# columns would raise OverflowError mid-update.
+MAX_REQUEST = 2**62
+
+
+@functools.lru_cache(maxsize=1024)
+def _quantity(raw: str, milli: bool) -> int:
+    """A quantity string parsed once: a fleet repeats a few dozen ("4", "16Gi", "100m"), and
+    the Decimal arithmetic is most of a pod's parse. Errors are not cached (raised)."""
+    return to_milli(raw) if milli else to_int(raw)
+
+
+def _parse(name: str, raw: Any) -> int:
+    milli = name == "cpu"
+    if isinstance(raw, str):
+        return _quantity(raw, milli)
+    return to_milli(raw) if milli else to_int(raw)
+
+
+def _requests(
+    requests: Mapping[str, Any], errors: list[str], where: str, out: dict[str, int]
+) -> dict[str, int]:
     for name, raw in requests.items():
         try:
-            out[name] = to_milli(raw) if name == "cpu" else to_int(raw)
+            out[name] = _parse(name, raw)
         except QuantityError as exc:
-            errors.append(f"{where}.resources[{name!r}]: {exc}")
+            errors.append(f"{where}[{name!r}]: {exc}")
+    return out
+
+
+def _container_requests(c: Mapping[str, Any], errors: list[str], where: str) -> dict[str, int]:
+    res = _resource_list(c.get("resources"))
+    out: dict[str, int] = {}
+    # Kubernetes defaults a missing request to the limit; explicit requests win.
+    limits = _resource_list(res.get("limits"))
+    if limits:
+        _requests(limits, errors, f"{where}.resources", out)
+    return _requests(_resource_list(res.get("requests")), errors, f"{where}.resources", out)
+
+
+def _status_requests(
+    spec_reqs: dict[str, int],
+    cs: Mapping[str, Any],
+    infeasible: bool,
+    errors: list[str],
+    where: str,
+) -> dict[str, int]:
+    """determineContainerReqs: max(spec, status resources.requests, allocatedResources), the
+    spec left out while the resize is Infeasible."""
+    out: dict[str, int] = {} if infeasible else dict(spec_reqs)
+    actual = _requests(
+        _resource_list(_resource_list(cs.get("resources")).get("requests")),
+        errors,
+        f"{where}.resources.requests",
+        {},
+    )
+    _max(out, actual)
+    allocated = _resource_list(cs.get("allocatedResources"))
+    if allocated:
+        _max(out, _requests(allocated, errors, f"{where}.allocatedResources", {}))
     return out
 
 
@@ -135,20 +193,58 @@ def _add(a: dict[str, int], b: Mapping[str, int]) -> None:
 
 def _max(a: dict[str, int], b: Mapping[str, int]) -> None:
     for k, v in b.items():
-        if v > a.get(k, 0):
+        if k not in a or v > a[k]:
             a[k] = v
 
 
-def pod_resource_requests(spec: Mapping[str, Any], errors: list[str]) -> dict[str, int]:
-    """Total requests by resource name (cpu in milli, others in base units)."""
+def _dicts(items: Any) -> list[Mapping[str, Any]]:
+    return [i for i in items if isinstance(i, dict)] if isinstance(items, list) else []
+
+
+def resize_infeasible(status: Mapping[str, Any]) -> bool:
+    """IsPodResizeInfeasible: the first PodResizePending condition says Infeasible (1.33+),
+    or the older status.resize field does."""
+    for cond in _dicts(status.get("conditions")):
+        if cond.get("type") == "PodResizePending":
+            return cond.get("reason") == "Infeasible"
+    return status.get("resize") == "Infeasible"
+
+
+def _statuses(status: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+    """Container statuses by name that report resources (kube: `cs.Resources != nil`)."""
+    out: dict[str, Mapping[str, Any]] = {}
+    for field_name in ("containerStatuses", "initContainerStatuses"):
+        for cs in _dicts(status.get(field_name)):
+            if cs.get("resources") is not None:
+                out[str(cs.get("name"))] = cs
+    return out
+
+
+def pod_resource_requests(
+    spec: Mapping[str, Any], errors: list[str], status: Mapping[str, Any] | None = None
+) -> dict[str, int]:
+    """Total requests by resource name (cpu in milli, others in base units), as
+    PodRequests(pod, {UseStatusResources: true}) computes them."""
+    statuses = _statuses(status) if status else {}
+    infeasible = bool(statuses) and status is not None and resize_infeasible(status)
     total: dict[str, int] = {}
-    for i, c in enumerate(spec.get("containers") or []):
-        _add(total, _container_requests(c, errors, f"spec.containers[{i}]"))
+    for i, c in enumerate(_dicts(spec.get("containers"))):
+        where = f"spec.containers[{i}]"
+        req = _container_requests(c, errors, where)
+        cs = statuses.get(str(c.get("name"))) if statuses else None
+        if cs is not None:
+            req = _status_requests(req, cs, infeasible, errors, f"status of {where}")
+        _add(total, req)
     sidecars: dict[str, int] = {}
     init_max: dict[str, int] = {}
-    for i, c in enumerate(spec.get("initContainers") or []):
-        req = _container_requests(c, errors, f"spec.initContainers[{i}]")
+    for i, c in enumerate(_dicts(spec.get("initContainers"))):
+        where = f"spec.initContainers[{i}]"
+        req = _container_requests(c, errors, where)
         if c.get("restartPolicy") == "Always":
+            # Only sidecars are resized; an ordinary init container's status is ignored.
+            cs = statuses.get(str(c.get("name"))) if statuses else None
+            if cs is not None:
+                req = _status_requests(req, cs, infeasible, errors, f"status of {where}")
             _add(total, req)
             _add(sidecars, req)
             step = dict(sidecars)
@@ -161,17 +257,16 @@ def pod_resource_requests(spec: Mapping[str, Any], errors: list[str]) -> dict[st
     for name in ("cpu", "memory"):
         if name in pod_level:
             try:
-                total[name] = (
-                    to_milli(pod_level[name]) if name == "cpu" else to_int(pod_level[name])
-                )
+                total[name] = _parse(name, pod_level[name])
             except QuantityError as exc:
                 errors.append(f"spec.resources.requests[{name!r}]: {exc}")
     overhead = _resource_list(spec.get("overhead"))
-    for name, raw in overhead.items():
-        try:
-            _add(total, {name: to_milli(raw) if name == "cpu" else to_int(raw)})
-        except QuantityError as exc:
-            errors.append(f"spec.overhead[{name!r}]: {exc}")
+    if overhead:
+        _add(total, _requests(overhead, errors, "spec.overhead", {}))
+    for name, value in total.items():
+        if not 0 <= value <= MAX_REQUEST:
+            errors.append(f"request {name}={value} is out of range (0-{MAX_REQUEST})")
+            total[name] = min(max(value, 0), MAX_REQUEST)
     return total
 
 
@@ -245,16 +340,16 @@ def parse_gpu_ids(raw: str) -> tuple[int, ...]:
 
 
 def pod_from_k8s(obj: Mapping[str, Any]) -> PodInfo:
-    meta = obj.get("metadata") or {}
-    spec = obj.get("spec") or {}
-    status = obj.get("status") or {}
-    labels: Mapping[str, str] = meta.get("labels") or {}
-    ann: Mapping[str, str] = meta.get("annotations") or {}
+    meta = _resource_list(obj.get("metadata"))
+    spec = _resource_list(obj.get("spec"))
+    status = _resource_list(obj.get("status"))
+    labels: Mapping[str, str] = _resource_list(meta.get("labels"))
+    ann: Mapping[str, str] = _resource_list(meta.get("annotations"))
     namespace = str(meta.get("namespace", "default"))
     errors: list[str] = []
     _unknown_annotations(ann, errors)
 
-    totals = pod_resource_requests(spec, errors)
+    totals = pod_resource_requests(spec, errors, status)
     cards = totals.get(keys.GPU_RESOURCE, 0)
     milli = _int_annotation(ann, keys.GPU_MILLI, 1, FULL_CARD_MILLI, errors)
     gmem = _int_annotation(ann, keys.GPU_MEMORY_MIB, 1, None, errors)
@@ -327,7 +422,6 @@ def pod_from_k8s(obj: Mapping[str, Any]) -> PodInfo:
             errors.append(f"annotation {keys.GPU_IDS}={raw_ids!r}: {exc}")
 
     priority = spec.get("priority")
-    tolerations: Sequence[Any] = spec.get("tolerations") or []
     return PodInfo(
         uid=str(meta.get("uid", "")),
         namespace=namespace,
@@ -343,12 +437,12 @@ def pod_from_k8s(obj: Mapping[str, Any]) -> PodInfo:
         ),
         scheduler_name=str(spec.get("schedulerName") or "default-scheduler"),
         node_name=str(spec.get("nodeName") or ""),
-        priority=priority if isinstance(priority, int) else 0,
+        priority=priority if isinstance(priority, int) and not isinstance(priority, bool) else 0,
         labels=labels,
         annotations=ann,
-        node_selector=spec.get("nodeSelector") or {},
-        affinity=spec.get("affinity") or {},
-        tolerations=tuple(t for t in tolerations if isinstance(t, dict)),
+        node_selector=_resource_list(spec.get("nodeSelector")),
+        affinity=_resource_list(spec.get("affinity")),
+        tolerations=tuple(_dicts(spec.get("tolerations"))),
         created=_parse_time(meta.get("creationTimestamp")),
         gang=gang,
         job_id=str(labels.get(keys.JOB_ID_LABEL) or (gang.name if gang else "")),

@@ -15,14 +15,49 @@ Card accounting for bound pods comes from their gpusched.io/gpu-ids annotation, 
 restarted scheduler recovers the exact per-card state from the API. Pods bound by another
 scheduler (no annotation) are placed on cards by the same best-fit rule we use, which is
 what a device plugin handing out free cards does in effect; such pods are counted as
-`inferred`.
+`inferred` and keep the cards they were inferred on while they run.
+
+The annotations are evidence, not truth: a pod's owner can write gpusched.io/gpu-ids and
+gpusched.io/gpu-milli-assigned (the admission policy in manifests/ forbids it, but the cache
+must not depend on it). The device a pod really uses is the one the scheduler assigned when
+it bound the pod (the Binding carries the assignment; the device plugin or webhook reads it
+when the containers start and the kubelet keeps it across restarts), so the rule is:
+
+* The first assignment the cache sees for a pod (its own Allocation when it assumed the
+  pod, else the first bound version the watch delivers) is the pod's claim; the cache keeps
+  it for the pod's life. A later version whose assignment differs from that claim is
+  "changed after binding".
+* An assignment is valid when it is exactly what the scheduler writes for the request:
+  gpu-ids parse (ASCII indices, each once) and name cards the node has; a whole-card pod
+  names exactly as many cards as it requests (nvidia.com/gpu) and carries no
+  gpu-milli-assigned; a shared pod names one card and its gpu-milli-assigned, if present,
+  is ASCII digits between the share its request implies on that card (share_on_card) and
+  1000; a pod without a GPU request carries neither annotation; a GPU pod without gpu-ids
+  (another scheduler's pod) carries no gpu-milli-assigned either.
+* A valid, unchanged assignment is charged as written (a shared pod at its
+  gpu-milli-assigned, else at its request's share; no ids: best-fit inference).
+* An invalid or changed assignment is charged conservatively, never cheaper than the
+  request, and stays so until the pod is gone (a tenant who edited it once is not trusted
+  again): every card the pod has been charged or has named since it was first seen (the
+  first claim's cards stay charged: a change never moves the charge off cards the device
+  may be using), plus the cards it names now that the node has, topped up by inference to
+  the number its request needs (nvidia.com/gpu, one for a shared pod), each charged as a
+  whole card (1000 milli and all of its memory). A pod without a GPU request that names
+  cards is charged those cards whole too: a webhook honouring the annotation would give
+  them to it.
+* Each such charge reports a warning naming the pod, what is wrong and what is charged
+  (`ClusterCache.pod_warning`, which core/events.py hands to the daemon for a Warning Event).
+
+Validity is checked whenever the pod is charged (first sight, its node's arrival, a resize or
+an assignment change): a card that disappears from the node under a running pod makes the
+next re-charge conservative, which is the safe reading of a card the pod may still hold.
 """
 
 from __future__ import annotations
 
 import re
 from collections import Counter, deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -31,10 +66,10 @@ from gpusched.core.cache.snapshot import Snapshot
 from gpusched.framework.interfaces import Allocation, Rows
 from gpusched.model import keys
 from gpusched.model.node import FULL_CARD_MILLI, NodeModel
-from gpusched.model.pod import PodInfo
+from gpusched.model.pod import GpuKind, PodInfo, PodRequest, parse_gpu_ids
 from gpusched.model.share import share_on_card
 
-_MILLI = re.compile(r"[0-9]{1,4}")  # gpu-milli-assigned: 0-9999, clamped to a card later
+_MILLI = re.compile(r"[0-9]{1,4}")  # gpu-milli-assigned: ASCII digits; above 1000 is invalid
 
 
 @dataclass(slots=True)
@@ -48,6 +83,57 @@ class PodEntry:
     # The node the pod is filed under in `_by_node`: kept apart from `alloc`, which is None
     # while the node is unknown, and from `pod.node_name`, which an assumed pod lacks.
     node: str = ""
+    # The assignment the cache first saw (the pod's claim) and the latest one.
+    first: Claim | None = None
+    claim: Claim | None = None
+    # Every card the pod has been charged or has named while in the cache.
+    held: tuple[int, ...] = ()
+    # Why the pod is charged conservatively ("" while its assignment is trusted); sticky.
+    suspect: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """A bound pod's assignment annotations: the sorted card indices, or the raw text when it
+    does not parse, None when absent; gpu-milli-assigned as an int when ASCII digits, else
+    the raw text, None when absent."""
+
+    ids: tuple[int, ...] | str | None = None
+    milli: int | str | None = None
+
+    @classmethod
+    def of(cls, pod: PodInfo) -> Claim:
+        ann = pod.annotations
+        raw_ids = ann.get(keys.GPU_IDS)
+        ids: tuple[int, ...] | str | None = (
+            tuple(sorted(pod.gpu_ids)) if pod.gpu_ids else None if raw_ids is None else str(raw_ids)
+        )
+        raw = ann.get(keys.GPU_MILLI_ASSIGNED)
+        milli: int | str | None = None
+        if raw is not None:
+            text = str(raw)
+            # ASCII digits only: isdigit() also takes '²', which int() refuses.
+            milli = int(text) if _MILLI.fullmatch(text) else text
+        return cls(ids, milli)
+
+    @classmethod
+    def assigned(cls, pod: PodInfo, alloc: Allocation) -> Claim:
+        """What the scheduler writes for `alloc` (plugins/gpu_fit PreBind)."""
+        if not alloc.cards:
+            return cls()
+        milli = alloc.milli[0] if not pod.request.gpu_cards and alloc.milli else None
+        return cls(tuple(sorted(alloc.cards)), milli)
+
+    def describe(self) -> str:
+        if self.ids is None and self.milli is None:
+            return "no assignment"
+        parts = []
+        if self.ids is not None:
+            text = ",".join(map(str, self.ids)) if isinstance(self.ids, tuple) else self.ids
+            parts.append(f"{keys.GPU_IDS}={text!r}")
+        if self.milli is not None:
+            parts.append(f"{keys.GPU_MILLI_ASSIGNED}={str(self.milli)!r}")
+        return ", ".join(parts)
 
 
 @dataclass(slots=True)
@@ -65,6 +151,9 @@ class ClusterCache:
         self._by_node: dict[str, set[str]] = {}
         self._jobs: dict[str, Counter[int]] = {}
         self.stats = CacheStats()
+        # Told of every pod charged conservatively (core/events.py forwards it to the daemon,
+        # which writes a Warning Event); the message names the pod, the fault and the charge.
+        self.pod_warning: Callable[[PodInfo, str], None] = _ignore
 
     # -- nodes -----------------------------------------------------------------------------
 
@@ -96,6 +185,8 @@ class ClusterCache:
         if pod.uid in self.pods:
             raise ValueError(f"pod {pod.key} is already in the cache")
         entry = PodEntry(pod, None, assumed=True, node=alloc.node)
+        entry.first = entry.claim = Claim.assigned(pod, alloc)
+        entry.held = tuple(alloc.cards)
         self.pods[pod.uid] = entry
         self._by_node.setdefault(alloc.node, set()).add(pod.uid)
         self._take(entry, alloc)
@@ -113,30 +204,44 @@ class ClusterCache:
         if not pod.node_name or pod.terminal:
             self.remove_pod(pod.uid)
             return
+        claim = Claim.of(pod)
         entry = self.pods.get(pod.uid)
-        if entry is not None:
-            same_place = entry.alloc is not None and entry.alloc.node == pod.node_name
-            same_cards = entry.alloc is not None and (
-                not pod.gpu_ids or tuple(pod.gpu_ids) == entry.alloc.cards
-            )
+        if entry is not None and entry.node != pod.node_name:
+            # A pod never changes nodes: this is another pod of the same uid in effect.
+            self._drop(pod.uid)
+            entry = None
+        if entry is None:
+            entry = PodEntry(pod, None, node=pod.node_name, first=claim, claim=claim)
+            self.pods[pod.uid] = entry
+            self._by_node.setdefault(pod.node_name, set()).add(pod.uid)
+        else:
             # An in-place resize (on by default since 1.33) changes the request of a running
-            # pod: what is charged must follow, or its deletion later returns the new amount
-            # while the old one was taken (the node drifts). Re-charge it then, same cards.
-            same_request = entry.pod.request == pod.request
-            if same_place and same_cards and same_request:
+            # pod, an edit its assignment or its job label: what is charged must follow, or
+            # its deletion later returns another amount than was taken (the node drifts) or
+            # leaves its old job on the row. Re-charged in place, keeping what the cache knows
+            # of the pod.
+            if (
+                entry.alloc is not None
+                and claim == entry.claim
+                and entry.pod.request == pod.request
+                and entry.pod.job_key == pod.job_key
+            ):
                 entry.pod = pod
                 entry.assumed = False
                 return
-            self._drop(pod.uid)
-        entry = PodEntry(pod, None, node=pod.node_name)
+            self._uncharge(entry)
+            entry.alloc = None
+            entry.pod = pod
+            entry.assumed = False
+            entry.claim = claim
+            if claim != entry.first:
+                first = entry.first.describe() if entry.first is not None else "no assignment"
+                entry.suspect = (
+                    f"GPU assignment changed after binding ({first} -> {claim.describe()})"
+                )
         row = self.snapshot.row_of(pod.node_name)
-        # All or nothing: the allocation is worked out before anything is inserted, so a
-        # failure leaves no entry whose usage is never counted.
-        found = self._allocation_of(pod, row) if row >= 0 else None
-        self.pods[pod.uid] = entry
-        self._by_node.setdefault(pod.node_name, set()).add(pod.uid)
-        if found is not None:
-            self._charge(entry, *found)
+        if row >= 0:
+            self._apply(entry, row)
 
     def remove_pod(self, uid: str) -> None:
         if uid in self.pods:
@@ -167,7 +272,17 @@ class ClusterCache:
     # -- internals -------------------------------------------------------------------------
 
     def _apply(self, entry: PodEntry, row: int) -> None:
-        self._charge(entry, *self._allocation_of(entry.pod, row))
+        # All or nothing: the allocation is worked out before anything is charged, so a
+        # failure leaves no half-counted entry; the warning goes out once the charge is made.
+        self._charge(entry, *self._allocation_of(entry, row))
+        if entry.suspect and entry.alloc is not None:
+            held = ",".join(map(str, entry.alloc.cards)) or "none"
+            message = (
+                f"pod {entry.pod.key} on {entry.alloc.node}: {entry.suspect}; charged"
+                f" conservatively as whole card(s) {held}"
+            )
+            self.stats.warnings.append(message)
+            self.pod_warning(entry.pod, message)
 
     def _charge(self, entry: PodEntry, alloc: Allocation, inferred: bool) -> None:
         entry.inferred = inferred
@@ -199,6 +314,11 @@ class ClusterCache:
             members.discard(uid)
             if not members:
                 del self._by_node[node]
+        self._uncharge(entry)
+
+    def _uncharge(self, entry: PodEntry) -> None:
+        """Give back exactly what `entry` was charged (its pod's request as charged). The
+        entry keeps its `alloc`: a dropped entry's callers read where it was."""
         if entry.alloc is not None:
             a = entry.alloc
             req = entry.pod.request
@@ -218,44 +338,147 @@ class ClusterCache:
             if not counts:
                 del self._jobs[key]
 
-    def _allocation_of(self, pod: PodInfo, row: int) -> tuple[Allocation, bool]:
-        """The cards a bound pod holds: from its annotation, else inferred by best fit."""
+    def _allocation_of(self, entry: PodEntry, row: int) -> tuple[Allocation, bool]:
+        """The cards a bound pod holds (module docstring): its assignment when valid and
+        unchanged, inferred by best fit without one, else every card it could hold, whole."""
         snap = self.snapshot
+        pod = entry.pod
         req = pod.request
         node = snap.names[row]
         n_cards = int(snap.node_card_count[row])
-        if req.gpu_cards == 0 and req.gpu_milli == 0 and req.gpu_mem_mib == 0:
+        claim = entry.claim if entry.claim is not None else Claim.of(pod)
+        problem = entry.suspect or _invalid(req, claim, n_cards, snap.card_total_mem[row])
+        if problem:
+            entry.suspect = problem
+            return self._conservative(entry, row, claim, n_cards)
+        if req.kind is GpuKind.NONE:
             return Allocation(node, row), False
-        ids = [i for i in pod.gpu_ids if i < n_cards]
-        inferred = False
-        want = req.gpu_cards or 1
-        if len(ids) != want:
-            inferred = True
-            free = snap.card_free_milli[row, :n_cards]
-            if req.gpu_cards:
-                # Intact cards first, then the freest, lowest index on ties.
-                order = sorted(range(n_cards), key=lambda c: (-int(free[c]), c))
-                ids = order[: req.gpu_cards]
-            else:
-                need = max(1, req.gpu_milli)
-                fitting = [c for c in range(n_cards) if free[c] >= need]
-                pool = fitting or list(range(n_cards))
-                # No card on the node (unknown to the cache): the pod holds none here.
-                ids = (
-                    [min(pool, key=lambda c: (int(free[c]) - need if c in fitting else 10**6, c))]
-                    if pool
-                    else []
-                )
+        inferred = not isinstance(claim.ids, tuple)
+        ids = list(claim.ids) if isinstance(claim.ids, tuple) else self._infer(entry, row, n_cards)
         milli: list[int] = []
         mem: list[int] = []
         for c in ids:
             m, mm = share_on_card(req, int(snap.card_total_mem[row, c]))
-            if req.gpu_cards == 0:
-                assigned = pod.annotations.get(keys.GPU_MILLI_ASSIGNED)
-                # ASCII digits only: isdigit() also takes '²', which int() refuses (the
-                # pod would be half-inserted, never charged).
-                if assigned is not None and _MILLI.fullmatch(str(assigned)):
-                    m = int(assigned)
+            if isinstance(claim.milli, int):
+                m = claim.milli  # validated: at least the share, at most a card
             milli.append(max(0, min(m, FULL_CARD_MILLI)))
             mem.append(max(0, mm))
+        entry.held = _union(entry.held, ids)
         return Allocation(node, row, tuple(ids), tuple(milli), tuple(mem)), inferred
+
+    def _conservative(
+        self, entry: PodEntry, row: int, claim: Claim, n_cards: int
+    ) -> tuple[Allocation, bool]:
+        """Every card the pod could hold, each charged whole (module docstring)."""
+        snap = self.snapshot
+        named = claim.ids if isinstance(claim.ids, tuple) else ()
+        cards = [c for c in _union(entry.held, named) if c < n_cards]
+        req = entry.pod.request
+        want = min(n_cards, req.gpu_cards or (1 if req.kind is GpuKind.SHARED else 0))
+        inferred = len(cards) < want
+        if inferred:
+            cards += self._infer(entry, row, n_cards, want - len(cards), exclude=cards)
+        entry.held = _union(entry.held, cards)
+        alloc = Allocation(
+            snap.names[row],
+            row,
+            tuple(cards),
+            (FULL_CARD_MILLI,) * len(cards),
+            tuple(max(0, int(snap.card_total_mem[row, c])) for c in cards),
+        )
+        return alloc, inferred
+
+    def _infer(
+        self,
+        entry: PodEntry,
+        row: int,
+        n_cards: int,
+        count: int = 0,
+        exclude: list[int] | None = None,
+    ) -> list[int]:
+        """The cards a pod without a usable assignment holds: those it was inferred on
+        before, else best fit (intact, freest cards for whole cards; the fullest card the
+        share fits for a shared pod), as a device plugin handing out free cards does."""
+        req = entry.pod.request
+        count = count or req.gpu_cards or 1
+        taken = set(exclude or ())
+        before = [c for c in entry.held if c < n_cards and c not in taken]
+        if len(before) >= count:
+            return before[:count]
+        free = self.snapshot.card_free_milli[row, :n_cards]
+        pool = [c for c in range(n_cards) if c not in taken]
+        if req.gpu_cards or count > 1:
+            # Intact cards first, then the freest, lowest index on ties.
+            return sorted(pool, key=lambda c: (-int(free[c]), c))[:count]
+        need = max(1, req.gpu_milli)
+        fitting = [c for c in pool if free[c] >= need]
+        pool = fitting or pool
+        # No card on the node (unknown to the cache): the pod holds none here.
+        if not pool:
+            return []
+        return [min(pool, key=lambda c: (int(free[c]) - need if c in fitting else 10**6, c))]
+
+
+def _ignore(pod: PodInfo, message: str) -> None:
+    """The default pod_warning: the message is kept in CacheStats.warnings only."""
+
+
+def _union(a: Iterable[int], b: Iterable[int]) -> tuple[int, ...]:
+    """`a` then the members of `b` not in it, in order."""
+    out = list(a)
+    out.extend(c for c in b if c not in out)
+    return tuple(out)
+
+
+def _invalid(req: PodRequest, claim: Claim, n_cards: int, card_mem: np.ndarray) -> str:
+    """Why `claim` is not what the scheduler writes for `req` on a node of `n_cards` cards;
+    "" when it is (module docstring)."""
+    ids, milli = claim.ids, claim.milli
+    if req.kind is GpuKind.NONE:
+        if ids is None and milli is None:
+            return ""
+        return f"a pod without a GPU request carries a GPU assignment ({claim.describe()})"
+    if isinstance(ids, str):
+        try:
+            parse_gpu_ids(ids)
+            why = "does not parse"  # pragma: no cover - Claim.of keeps parsed ids as a tuple
+        except ValueError as exc:
+            why = str(exc)
+        return f"{keys.GPU_IDS}={ids!r} is invalid: {why}"
+    if ids is None:
+        if milli is None:
+            return ""  # another scheduler's pod: inferred
+        return f"{keys.GPU_MILLI_ASSIGNED}={str(milli)!r} without {keys.GPU_IDS}"
+    text = ",".join(map(str, ids))
+    missing = [c for c in ids if c >= n_cards]
+    if missing:
+        return (
+            f"{keys.GPU_IDS}={text!r} names card(s) {','.join(map(str, missing))} but the node"
+            f" has {n_cards} card(s)"
+        )
+    if req.gpu_cards:
+        if len(ids) != req.gpu_cards:
+            return (
+                f"{keys.GPU_IDS}={text!r} names {len(ids)} card(s) for a pod requesting"
+                f" {req.gpu_cards} {keys.GPU_RESOURCE}"
+            )
+        if milli is not None:
+            return (
+                f"{keys.GPU_MILLI_ASSIGNED}={str(milli)!r} on a whole-card pod (the scheduler"
+                " writes it only for a share of a card)"
+            )
+        return ""
+    if len(ids) != 1:
+        return f"{keys.GPU_IDS}={text!r} names {len(ids)} cards for a pod sharing one card"
+    if milli is None:
+        return ""
+    if isinstance(milli, str):
+        return f"{keys.GPU_MILLI_ASSIGNED}={milli!r} is not a number of milli-GPU"
+    share, _ = share_on_card(req, int(card_mem[ids[0]]))
+    need = max(1, share, req.gpu_milli)
+    if not need <= milli <= FULL_CARD_MILLI:
+        return (
+            f"{keys.GPU_MILLI_ASSIGNED}={str(milli)!r} is outside {need}-{FULL_CARD_MILLI}"
+            " (the pod's share of the card to a whole card)"
+        )
+    return ""

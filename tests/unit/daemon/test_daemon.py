@@ -512,3 +512,83 @@ async def test_healthz_sees_the_watches_and_a_wedged_loop(
         "scheduling loop: no progress for 61s (limit 60s), in an attempt with 1 pods active"
     ]
     assert d.liveness.problems() == []  # the loop ended: nothing to check
+
+
+def _forged(name: str, rv: str, milli: str = "0", cpu: str = "100m") -> dict[str, Any]:
+    """A shared pod bound to node g whose gpu-milli-assigned says it is free."""
+    raw = raw_pod(
+        name,
+        rv,
+        {"gpusched.io/gpu-milli": "500", "gpusched.io/gpu-ids": "1"}
+        | {"gpusched.io/gpu-milli-assigned": milli},
+    )
+    raw["spec"]["nodeName"] = "g"
+    raw["spec"]["containers"][0]["resources"]["requests"]["cpu"] = cpu
+    raw["status"]["phase"] = "Running"
+    return raw
+
+
+def _gpu_node(d: Daemon) -> None:
+    raw = node_object(NodeSpec("g", 8, "A100M80", 8000, 16384, "r", "s"))
+    raw["metadata"]["uid"] = "node-g"
+    d.node_watch._line(watch_line("ADDED", raw))
+
+
+async def test_a_forged_assignment_gets_one_warning_event_from_the_leader(
+    daemon: tuple[Daemon, FakeWriter], stream: io.StringIO
+) -> None:
+    d, writer = daemon
+    _gpu_node(d)
+    d.leading.set()  # the Lease is held (run() sets it)
+    d.pod_watch._line(watch_line("ADDED", _forged("p", "1")))
+    # Resized: charged again, reported again by the cache with the same message.
+    d.pod_watch._line(watch_line("MODIFIED", _forged("p", "2", cpu="2")))
+    assert sum(1 for w in d.cache.stats.warnings if "ns/p" in w) == 2
+    await asyncio.wait_for(writer.event_written.wait(), GUARD)
+    await d.tasks.drain(GUARD, None)
+    assert writer.events == [("p", "GPUAssignmentInvalid")]
+    logged = [e for e in _events(stream) if e["event"] == "pod GPU assignment"]
+    assert len(logged) == 1 and logged[0]["pod"] == "ns/p"
+    assert "gpu-milli-assigned='0' is outside 500-1000" in logged[0]["warning"]
+    snap = d.cache.snapshot
+    assert snap.card_free_milli[snap.row_of("g"), 1] == 0
+
+
+async def test_a_standby_writes_pod_warnings_once_it_leads(
+    daemon: tuple[Daemon, FakeWriter],
+    leases: FakeLeases,
+    lease_clock: FakeClock,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    d, writer = daemon
+    leases.put(other_holder(lease_clock))
+    leases.renewer = renew_as_holder(leases, lease_clock)  # the other leader is alive
+    _quiet_watches(d, monkeypatch)
+    _gpu_node(d)
+    d.pod_watch._line(watch_line("ADDED", _forged("p", "1")))
+    d.pod_watch._line(watch_line("ADDED", _forged("gone", "1")))
+    d.pod_watch._line(watch_line("DELETED", _forged("gone", "2")))  # no Event for it later
+    running = asyncio.create_task(d.run())
+    await asyncio.wait_for(d.ready.wait(), GUARD)
+    await asyncio.wait_for(until(lambda: len(lease_clock.sleeps) >= 5, lease_clock.changed), GUARD)
+    assert writer.events == []
+    leases.renewer = None
+    leases.put({**leases.spec, "holderIdentity": "", "leaseDurationSeconds": 1})
+    await asyncio.wait_for(d.leading.wait(), GUARD)
+    await asyncio.wait_for(writer.event_written.wait(), GUARD)
+    d.stop()
+    await asyncio.wait_for(running, GUARD)
+    assert writer.events == [("p", "GPUAssignmentInvalid")]
+    assert not d.failed
+
+
+async def test_pod_warnings_remembered_are_bounded(
+    daemon: tuple[Daemon, FakeWriter], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("gpusched.daemon.daemon.MAX_POD_WARNINGS", 3)
+    d, _ = daemon
+    _gpu_node(d)
+    for i in range(10):
+        d.pod_watch._line(watch_line("ADDED", _forged(f"p{i}", "1", milli=str(i))))
+    assert len(d._pod_warned) == 3
+    assert [uid for uid, _ in d._pod_warned] == ["uid-p7", "uid-p8", "uid-p9"]

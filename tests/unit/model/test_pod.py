@@ -3,9 +3,11 @@
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gpusched.model import keys
-from gpusched.model.pod import GpuKind, NVLink, parse_gpu_ids, pod_from_k8s
+from gpusched.model.pod import MAX_REQUEST, GpuKind, NVLink, parse_gpu_ids, pod_from_k8s
 
 GI = 2**30
 
@@ -222,3 +224,203 @@ def test_gpu_ids_are_plain_ascii_card_indices(raw: str, why: str) -> None:
     with pytest.raises(ValueError, match=why):
         parse_gpu_ids(raw)
     assert parse_gpu_ids("0, 7,63") == (0, 7, 63)
+
+
+# -- in-place resize: what Kubernetes charges (PodRequests with status resources) ----------
+
+
+def running(
+    spec_pod: dict[str, Any],
+    statuses: dict[str, dict[str, Any]],
+    *,
+    init_statuses: dict[str, dict[str, Any]] | None = None,
+    **status: Any,
+) -> dict[str, Any]:
+    """`spec_pod` with a status: container name -> its status' resources/allocatedResources."""
+
+    def cs(name: str, fields: dict[str, Any]) -> dict[str, Any]:
+        return {"name": name, "ready": True, **fields}
+
+    spec_pod["status"] = {
+        "phase": "Running",
+        "containerStatuses": [cs(n, f) for n, f in statuses.items()],
+        "initContainerStatuses": [cs(n, f) for n, f in (init_statuses or {}).items()],
+        **status,
+    }
+    return spec_pod
+
+
+def named(name: str, container: dict[str, Any]) -> dict[str, Any]:
+    return {**container, "name": name}
+
+
+def reported(cpu: str, mem: str | None = None, allocated: str | None = None) -> dict[str, Any]:
+    """A container status whose kubelet reports `cpu` (and `mem`) as running requests."""
+    requests = {"cpu": cpu, **({"memory": mem} if mem else {})}
+    out: dict[str, Any] = {"resources": {"requests": requests}}
+    if allocated is not None:
+        out["allocatedResources"] = {"cpu": allocated}
+    return out
+
+
+def test_a_resize_down_in_progress_still_charges_what_the_container_runs_with() -> None:
+    # Spec lowered to 1 CPU / 1 Gi; the kubelet still runs it with 4 CPU / 8 Gi.
+    p = pod_from_k8s(running(pod([named("a", c("1", "1Gi"))]), {"a": reported("4", "8Gi")}))
+    assert (p.request.cpu_milli, p.request.memory_bytes) == (4000, 8 * GI)
+    assert p.errors == ()
+
+
+def test_a_resize_up_charges_the_new_spec_before_the_kubelet_applies_it() -> None:
+    p = pod_from_k8s(running(pod([named("a", c("4"))]), {"a": reported("1", allocated="1")}))
+    assert p.request.cpu_milli == 4000
+
+
+def test_allocated_resources_count_when_above_spec_and_status() -> None:
+    p = pod_from_k8s(running(pod([named("a", c("1"))]), {"a": reported("1", allocated="3")}))
+    assert p.request.cpu_milli == 3000
+
+
+@pytest.mark.parametrize(
+    "status",
+    [
+        {"conditions": [{"type": "PodResizePending", "status": "True", "reason": "Infeasible"}]},
+        {"resize": "Infeasible"},  # before 1.33
+    ],
+)
+def test_an_infeasible_resize_leaves_the_spec_out(status: dict[str, Any]) -> None:
+    # Spec asks 16 CPU the node cannot give: the pod keeps running with 2.
+    p = pod_from_k8s(
+        running(pod([named("a", c("16")), named("b", c("1"))]), {"a": reported("2")}, **status)
+    )
+    assert p.request.cpu_milli == 3000  # 2 (a, status only) + 1 (b, no status: its spec)
+
+
+def test_a_deferred_resize_still_counts_the_spec() -> None:
+    deferred = [{"type": "PodResizePending", "status": "True", "reason": "Deferred"}]
+    p = pod_from_k8s(running(pod([named("a", c("16"))]), {"a": reported("2")}, conditions=deferred))
+    assert p.request.cpu_milli == 16_000
+
+
+def test_a_status_without_resources_is_ignored_like_kubernetes_does() -> None:
+    # kube reads a container's status only when `resources` is set (cs.Resources != nil).
+    p = pod_from_k8s(
+        running(pod([named("a", c("1"))]), {"a": {"allocatedResources": {"cpu": "9"}}})
+    )
+    assert p.request.cpu_milli == 1000
+
+
+def test_sidecar_status_counts_and_an_ordinary_init_containers_does_not() -> None:
+    p = pod_from_k8s(
+        running(
+            pod(
+                [named("app", c("1"))],
+                init=[named("side", c("1", restart="Always")), named("init", c("500m"))],
+            ),
+            {"app": reported("1")},
+            init_statuses={"side": reported("3"), "init": reported("8")},
+        )
+    )
+    # app 1 + sidecar resized to 3 = 4; the init container ran with the sidecar: 0.5 + 3.
+    assert p.request.cpu_milli == 4000
+
+
+def test_pod_level_requests_and_overhead_apply_after_the_containers_status() -> None:
+    p = pod_from_k8s(
+        running(
+            pod(
+                [named("a", c("1", "1Gi"))],
+                resources={"requests": {"cpu": "2"}},
+                overhead={"cpu": "100m", "memory": "64Mi"},
+            ),
+            {"a": reported("6", "4Gi")},
+        )
+    )
+    assert p.request.cpu_milli == 2100  # pod-level cpu replaces the containers' 6
+    assert p.request.memory_bytes == 4 * GI + 64 * 2**20  # memory from the status
+
+
+def test_the_gpu_count_stays_what_the_spec_asks() -> None:
+    # Extended resources are not resizable: a status echoing them changes nothing.
+    status = {"resources": {"requests": {"cpu": "1", keys.GPU_RESOURCE: "2"}}}
+    p = pod_from_k8s(running(pod([named("a", c("1", gpu=2))]), {"a": status}))
+    assert p.request.gpu_cards == 2
+
+
+@pytest.mark.parametrize(
+    "status",
+    [
+        "Running",
+        {"containerStatuses": "a"},
+        {"containerStatuses": [None, 3, {"name": "a", "resources": "x"}]},
+        {"containerStatuses": [{"name": "a", "resources": {"requests": ["x"]}}]},
+        {"conditions": [None], "containerStatuses": [{"name": "a", "resources": {}}]},
+    ],
+)
+def test_a_malformed_status_never_raises(status: Any) -> None:
+    raw = pod([named("a", c("1"))])
+    raw["status"] = status
+    assert pod_from_k8s(raw).request.cpu_milli == 1000
+
+
+def test_a_malformed_status_quantity_is_an_error_naming_it() -> None:
+    p = pod_from_k8s(running(pod([named("a", c("1"))]), {"a": reported("lots")}))
+    assert any("status of spec.containers[0].resources.requests['cpu']" in e for e in p.errors)
+    assert p.request.cpu_milli == 1000
+
+
+def test_a_request_beyond_int64_is_clamped_and_reported() -> None:
+    # A pod bound directly (spec.nodeName) with memory 1e30 raised OverflowError in the
+    # snapshot's int64 columns.
+    p = pod_from_k8s(pod([named("a", c("1", "1e30"))]))
+    assert p.request.memory_bytes == MAX_REQUEST
+    assert any("request memory=" in e and "out of range" in e for e in p.errors)
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3)
+    ),
+    max_leaves=12,
+)
+
+
+@given(
+    spec=st.dictionaries(
+        st.sampled_from(
+            [
+                "containers",
+                "initContainers",
+                "tolerations",
+                "resources",
+                "overhead",
+                "priority",
+                "nodeName",
+                "nodeSelector",
+                "affinity",
+                "schedulerName",
+            ]
+        ),
+        _JSON,
+    ),
+    status=_JSON,
+    annotations=st.dictionaries(st.sampled_from(keys.POD_ANNOTATIONS), st.text(max_size=8)),
+)
+@settings(max_examples=300, deadline=None)
+def test_any_json_the_watch_could_deliver_parses_without_raising(
+    spec: dict[str, Any], status: Any, annotations: dict[str, str]
+) -> None:
+    raw = pod([named("a", c("1"))], annotations=annotations)
+    raw["spec"].update(spec)
+    raw["status"] = status
+    p = pod_from_k8s(raw)
+    assert p.uid == "u1" and p.request.cpu_milli >= 0
+    assert isinstance(p.node_selector, dict) and isinstance(p.affinity, dict)
+
+
+@pytest.mark.parametrize("field", ["tolerations", "nodeSelector", "affinity"])
+def test_a_scalar_where_a_list_or_map_belongs_is_ignored(field: str) -> None:
+    raw = pod([c("1")])
+    raw["spec"][field] = 5  # raised TypeError: 'int' object is not iterable
+    p = pod_from_k8s(raw)
+    assert (p.tolerations, p.node_selector, p.affinity) == ((), {}, {})

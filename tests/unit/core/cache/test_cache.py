@@ -3,16 +3,31 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gpusched.core.cache.cache import ClusterCache
 from gpusched.core.cache.snapshot import Snapshot
 from gpusched.framework import Allocation
 from gpusched.model import keys
 from gpusched.model.node import MAX_CARD_MEMORY_MIB, Card
+from gpusched.model.pod import PodInfo, parse_gpu_ids
 from tests.builders import cache_with, gpu_node, make_pod
+
+
+def recorder(c: ClusterCache) -> list[tuple[str, str]]:
+    """(pod uid, message) of every pod warning the cache reports, in order."""
+    seen: list[tuple[str, str]] = []
+
+    def record(pod: PodInfo, message: str) -> None:
+        seen.append((pod.uid, message))
+
+    c.pod_warning = record
+    return seen
 
 
 def test_assume_confirm_forget() -> None:
@@ -127,6 +142,18 @@ def test_job_rows_follow_pods() -> None:
     assert c.job_rows("job").size == 0 and c.job_rows("ns/none").size == 0
 
 
+def test_a_bound_pods_job_label_change_moves_it_to_the_new_job() -> None:
+    # The old job kept the row forever: its count was never given back.
+    c = cache_with("a")
+    row = c.snapshot.row_of("a")
+    pod = replace(make_pod("p", gpu_cards=1), job_id="j1", node_name="a", gpu_ids=(0,))
+    c.add_or_update_pod(pod)
+    c.add_or_update_pod(replace(pod, job_id="j2"))
+    assert c.job_rows("ns/j1").size == 0 and c.job_rows("ns/j2").tolist() == [row]
+    c.remove_pod(pod.uid)
+    assert c.job_rows("ns/j2").size == 0
+
+
 def test_allowed_models_cache_tracks_new_models() -> None:
     snap = Snapshot(8, capacity=4)
     snap.upsert_node(gpu_node("a", model="A100"))
@@ -211,8 +238,10 @@ def test_a_bound_pods_odd_milli_assigned_is_never_trusted_nor_half_inserted(
 ) -> None:
     """A pod owner can write gpu-milli-assigned. '²' passes str.isdigit() and then int()
     raised, leaving an entry whose CPU and GPU were never counted; '٣' (Arabic-Indic 3) was
-    taken as 3. Anything but ASCII digits is ignored: the pod is charged its own request."""
+    taken as 3. Anything but ASCII digits is invalid: the pod is inserted whole, its card
+    charged as a whole card (it could hold all of it), with a warning."""
     c = cache_with("a")
+    warned = recorder(c)
     row = c.snapshot.row_of("a")
     pod = replace(
         make_pod("s", cpu_milli=2000, gpu_milli=250),
@@ -223,8 +252,10 @@ def test_a_bound_pods_odd_milli_assigned_is_never_trusted_nor_half_inserted(
     c.add_or_update_pod(pod)
     entry = c.get(pod.uid)
     assert entry is not None and entry.alloc is not None
-    assert c.snapshot.card_free_milli[row, 2] == 750
+    assert c.snapshot.card_free_milli[row, 2] == 0
     assert c.snapshot.node_cpu_free[row] == 62_000
+    assert [uid for uid, _ in warned] == [pod.uid]
+    assert "gpu-milli-assigned=" in warned[0][1]
 
 
 def test_the_largest_card_memory_a_node_may_report_fits_the_columns() -> None:
@@ -252,3 +283,263 @@ def test_an_in_place_resize_is_recharged_and_frees_exactly_what_it_holds() -> No
     c.remove_pod(pod.uid)
     assert c.snapshot.node_cpu_free[row] == 64_000
     assert int(c.snapshot.card_free_milli[row].sum()) == 8000
+
+
+# -- annotations as evidence: invalid or changed assignments are charged conservatively ---
+
+
+def bound(
+    name: str, ids: str | None = None, milli: str | None = None, node: str = "a", **req: Any
+) -> PodInfo:
+    """A running pod on `node` whose assignment annotations are `ids` / `milli` (absent when
+    None), parsed as pod_from_k8s parses them."""
+    ann: dict[str, str] = {}
+    if ids is not None:
+        ann[keys.GPU_IDS] = ids
+    if milli is not None:
+        ann[keys.GPU_MILLI_ASSIGNED] = milli
+    try:
+        parsed = parse_gpu_ids(ids) if ids is not None else ()
+    except ValueError:
+        parsed = ()
+    pod = make_pod(name, **req)
+    return replace(pod, node_name=node, annotations=ann, gpu_ids=parsed, phase="Running")
+
+
+def free_milli(c: ClusterCache, node: str = "a") -> list[int]:
+    return [int(v) for v in c.snapshot.card_free_milli[c.snapshot.row_of(node)]]
+
+
+def test_a_valid_assignment_is_charged_as_written_without_a_warning() -> None:
+    c = cache_with("a")
+    warned = recorder(c)
+    c.add_or_update_pod(bound("s", "2", "300", gpu_milli=250))  # more than asked: taken
+    c.add_or_update_pod(bound("w", "0,1", gpu_cards=2))
+    c.add_or_update_pod(bound("o", gpu_cards=1))  # another scheduler's: inferred
+    assert free_milli(c) == [0, 0, 700, 0, 1000, 1000, 1000, 1000]
+    assert warned == []
+
+
+@pytest.mark.parametrize(
+    ("milli", "why"),
+    [
+        ("0", "gpu-milli-assigned='0' is outside 250-1000"),  # made the pod free
+        ("100", "gpu-milli-assigned='100' is outside 250-1000"),  # below its request
+        ("1001", "is outside 250-1000"),
+    ],
+)
+def test_a_shared_pods_milli_below_its_request_is_charged_a_whole_card(
+    milli: str, why: str
+) -> None:
+    c = cache_with("a")
+    warned = recorder(c)
+    pod = bound("s", "2", milli, gpu_milli=250, cpu_milli=1000)
+    c.add_or_update_pod(pod)
+    assert free_milli(c)[2] == 0
+    assert len(warned) == 1 and why in warned[0][1]
+    assert "pod ns/s on a" in warned[0][1] and "whole card(s) 2" in warned[0][1]
+    c.remove_pod(pod.uid)
+    assert free_milli(c) == [1000] * 8
+    assert c.snapshot.node_cpu_free[c.snapshot.row_of("a")] == 64_000
+
+
+def test_a_milli_that_the_memory_share_exceeds_is_below_the_request() -> None:
+    # 40 GiB of an 80 GiB card is a 500-milli share whatever gpu-milli says.
+    c = cache_with("a")
+    warned = recorder(c)
+    c.add_or_update_pod(bound("s", "1", "250", gpu_milli=250, gpu_mem_mib=40960))
+    assert free_milli(c)[1] == 0 and "outside 500-1000" in warned[0][1]
+
+
+@pytest.mark.parametrize(
+    ("ids", "req", "charged", "why"),
+    [
+        # Out of range: the named card that exists stays, inference tops up to the request.
+        ("1,9", {"gpu_cards": 2}, {1, 0}, "names card(s) 9 but the node has 8 card(s)"),
+        ("9", {"gpu_milli": 300}, {0}, "names card(s) 9"),
+        # Too few for the request: never cheaper than the request.
+        ("3", {"gpu_cards": 2}, {3, 0}, "names 1 card(s) for a pod requesting 2"),
+        # Too many: it could hold each of them.
+        ("1,2,3", {"gpu_cards": 2}, {1, 2, 3}, "names 3 card(s) for a pod requesting 2"),
+        ("4,5", {"gpu_milli": 300}, {4, 5}, "names 2 cards for a pod sharing one card"),
+        # Unparsable: the inferred card, whole.
+        ("x", {"gpu_milli": 300}, {0}, "gpusched.io/gpu-ids='x' is invalid: 'x' is not a card"),
+        ("2,2", {"gpu_cards": 2}, {0, 1}, "a card index appears twice"),
+        ("\u00b2", {"gpu_cards": 1}, {0}, "is not a card index"),
+        # A CPU-only pod naming cards: a webhook honouring the annotation would give them.
+        ("6", {"cpu_milli": 500}, {6}, "a pod without a GPU request carries a GPU assignment"),
+    ],
+)
+def test_an_invalid_gpu_ids_is_charged_as_the_whole_cards_it_could_hold(
+    ids: str, req: dict[str, int], charged: set[int], why: str
+) -> None:
+    c = cache_with("a")
+    warned = recorder(c)
+    pod = bound("p", ids, **req)
+    c.add_or_update_pod(pod)
+    assert {i for i, f in enumerate(free_milli(c)) if f == 0} == charged
+    assert sum(free_milli(c)) == 8000 - 1000 * len(charged)
+    assert len(warned) == 1 and why in warned[0][1], warned
+    c.remove_pod(pod.uid)
+    assert free_milli(c) == [1000] * 8
+
+
+def test_milli_assigned_without_ids_or_on_a_whole_card_pod_is_reported() -> None:
+    c = cache_with("a")
+    warned = recorder(c)
+    c.add_or_update_pod(bound("s", None, "300", gpu_milli=300))
+    c.add_or_update_pod(bound("w", "4", "0", gpu_cards=1))
+    assert free_milli(c) == [0, 1000, 1000, 1000, 0, 1000, 1000, 1000]
+    assert "gpu-milli-assigned='300' without gpusched.io/gpu-ids" in warned[0][1]
+    assert "gpu-milli-assigned='0' on a whole-card pod" in warned[1][1]
+
+
+def test_whole_cards_changed_after_binding_stay_charged_with_the_new_ones() -> None:
+    """The kubelet gave the pod cards 0 and 1 at bind time; editing gpu-ids to 2,3 must not
+    free 0 and 1 (another pod would be placed on cards in use), nor 2 and 3 (a restart could
+    read the edit). Changing it back does not restore trust."""
+    c = cache_with("a")
+    warned = recorder(c)
+    pod = bound("w", "0,1", gpu_cards=2, cpu_milli=1000)
+    c.add_or_update_pod(pod)
+    assert warned == []
+    c.add_or_update_pod(bound("w", "2,3", gpu_cards=2, cpu_milli=1000))
+    assert free_milli(c) == [0, 0, 0, 0, 1000, 1000, 1000, 1000]
+    assert (
+        "changed after binding (gpusched.io/gpu-ids='0,1' -> gpusched.io/gpu-ids='2,3')"
+        in (warned[0][1])
+    )
+    c.add_or_update_pod(bound("w", "0,1", gpu_cards=2, cpu_milli=1000))
+    assert free_milli(c) == [0, 0, 0, 0, 1000, 1000, 1000, 1000]
+    c.remove_pod(pod.uid)
+    assert free_milli(c) == [1000] * 8
+    assert c.snapshot.node_cpu_free[c.snapshot.row_of("a")] == 64_000
+
+
+def test_a_shared_pod_whose_assignment_changes_is_charged_whole_on_old_and_new_cards() -> None:
+    c = cache_with("a")
+    warned = recorder(c)
+    row = c.snapshot.row_of("a")
+    pod = make_pod("s", gpu_milli=300)
+    # Assumed by the scheduler on card 3; the watch shows the pod claiming card 5.
+    c.assume(pod, Allocation("a", row, (3,), (300,), (24576,)))
+    c.add_or_update_pod(bound("s", "5", "300", gpu_milli=300))
+    assert free_milli(c) == [1000, 1000, 1000, 0, 1000, 0, 1000, 1000]
+    assert "gpusched.io/gpu-ids='3', gpusched.io/gpu-milli-assigned='300' -> " in warned[0][1]
+    c.remove_pod(pod.uid)
+    assert free_milli(c) == [1000] * 8
+
+
+@pytest.mark.parametrize(
+    ("ids", "milli"),
+    [("2", "1000"), ("2", None), (None, None), ("2", "250")],
+)
+def test_a_shared_assignment_edited_or_removed_after_binding_is_a_whole_card(
+    ids: str | None, milli: str | None
+) -> None:
+    c = cache_with("a")
+    warned = recorder(c)
+    c.add_or_update_pod(bound("s", "2", "500", gpu_milli=500))
+    assert free_milli(c)[2] == 500
+    c.add_or_update_pod(bound("s", ids, milli, gpu_milli=500))
+    assert free_milli(c)[2] == 0 and sum(free_milli(c)) == 7000
+    assert len(warned) == 1 and "changed after binding" in warned[0][1]
+
+
+def test_the_assumed_assignment_confirmed_unchanged_is_trusted() -> None:
+    c = cache_with("a")
+    warned = recorder(c)
+    row = c.snapshot.row_of("a")
+    pod = make_pod("s", gpu_milli=300)
+    c.assume(pod, Allocation("a", row, (3,), (300,), (24576,)))
+    c.add_or_update_pod(bound("s", "3", "300", gpu_milli=300))
+    assert not c.is_assumed(pod.uid)
+    assert free_milli(c)[3] == 700 and warned == []
+
+
+def test_a_resize_of_a_conservatively_charged_pod_keeps_its_cards() -> None:
+    c = cache_with("a")
+    recorder(c)
+    c.add_or_update_pod(bound("s", "x", gpu_milli=300, cpu_milli=1000))
+    assert free_milli(c)[0] == 0
+    c.add_or_update_pod(bound("s", "6", "100", gpu_milli=200, cpu_milli=1000))  # fills card 0
+    c.add_or_update_pod(bound("s", "x", gpu_milli=300, cpu_milli=3000))
+    row = c.snapshot.row_of("a")
+    assert c.snapshot.node_cpu_free[row] == 61_000
+    assert free_milli(c) == [0, 1000, 1000, 1000, 1000, 1000, 0, 1000]
+    c.remove_pod("uid-s")
+    assert free_milli(c) == [1000] * 8 and c.snapshot.node_cpu_free[row] == 64_000
+
+
+def test_an_inferred_pod_keeps_its_card_across_a_resize() -> None:
+    c = cache_with("a")
+    c.add_or_update_pod(bound("o", gpu_milli=600, cpu_milli=1000))
+    assert free_milli(c)[0] == 400
+    c.add_or_update_pod(bound("x", "1", "300", gpu_milli=300))  # card 1 is now the best fit
+    c.add_or_update_pod(bound("o", gpu_milli=600, cpu_milli=2000))
+    assert free_milli(c)[:2] == [400, 700]
+
+
+def test_an_invalid_pod_before_its_node_is_charged_when_the_node_arrives() -> None:
+    c = cache_with()
+    warned = recorder(c)
+    c.add_or_update_pod(bound("s", "2", "0", node="late", gpu_milli=300))
+    assert warned == []  # nothing charged yet: the node's cards are unknown
+    c.upsert_node(gpu_node("late"))
+    assert free_milli(c, "late")[2] == 0
+    assert len(warned) == 1 and "pod ns/s on late" in warned[0][1]
+
+
+_ANNOTATION_TEXT = st.one_of(
+    st.none(),
+    st.sampled_from(["0", "1", "7", "8", "0,1", "1,0", "2,2", "x", "", "250", "1000", "\u00b2"]),
+    st.text(max_size=6),
+)
+
+
+@given(
+    versions=st.lists(
+        st.tuples(
+            _ANNOTATION_TEXT,
+            _ANNOTATION_TEXT,
+            st.sampled_from([{}, {"gpu_cards": 1}, {"gpu_cards": 3}, {"gpu_milli": 400}]),
+            st.integers(0, 4000),
+        ),
+        min_size=1,
+        max_size=5,
+    ),
+)
+@settings(max_examples=150, deadline=None)
+def test_any_assignment_history_is_never_cheaper_than_the_request_and_frees_exactly(
+    versions: list[tuple[str | None, str | None, dict[str, int], int]],
+) -> None:
+    c = cache_with("a")
+    row = c.snapshot.row_of("a")
+    for ids, milli, gpu, cpu in versions:
+        pod = bound("p", ids, milli, cpu_milli=cpu, **gpu)
+        c.add_or_update_pod(pod)  # never raises
+        entry = c.get(pod.uid)
+        assert entry is not None and entry.alloc is not None
+        assert sum(entry.alloc.milli) >= pod.request.gpu_milli_total
+        assert c.snapshot.node_cpu_free[row] == 64_000 - cpu
+    c.remove_pod("uid-p")
+    assert free_milli(c) == [1000] * 8
+    assert int(c.snapshot.card_free_mem[row].sum()) == 8 * 81920
+    assert c.snapshot.node_cpu_free[row] == 64_000
+
+
+def test_a_raising_warning_receiver_leaves_the_pod_charged() -> None:
+    c = cache_with("a")
+
+    def boom(pod: PodInfo, message: str) -> None:
+        raise RuntimeError(message)
+
+    c.pod_warning = boom
+    pod = bound("s", "2", "0", gpu_milli=300, cpu_milli=1000)
+    with pytest.raises(RuntimeError, match="outside 300-1000"):
+        c.add_or_update_pod(pod)
+    entry = c.get(pod.uid)
+    assert entry is not None and entry.alloc is not None and free_milli(c)[2] == 0
+    c.remove_pod(pod.uid)
+    assert free_milli(c) == [1000] * 8
+    assert c.snapshot.node_cpu_free[c.snapshot.row_of("a")] == 64_000
