@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -53,6 +54,7 @@ Logger = structlog.typing.FilteringBoundLogger
 # cache. A pod that finishes is seen as a deletion.
 ACTIVE_PODS = ("fieldSelector", "status.phase!=Succeeded,status.phase!=Failed")
 TIMER_SECONDS = 1.0  # backoff flush and assumed-pod expiry, kube's 1 s ticker
+MAX_WARNED = 4096  # node warnings remembered as reported (and kept for a standby to write)
 
 
 @dataclass(frozen=True)
@@ -121,10 +123,12 @@ class Daemon:
             query=[ACTIVE_PODS],
             watch_timeout=self.options.watch_timeout_seconds,
         )
-        self._warned: set[tuple[str, str]] = set()
+        # Node warnings already reported, least recently seen first: bounded, since a
+        # warning's text carries node data (a malformed value) that may change every update.
+        self._warned: OrderedDict[tuple[str, str], None] = OrderedDict()
         # Node warnings a standby saw: written as Events once it leads (only the leader
         # writes to the API, as kube-scheduler's standbys write nothing).
-        self._unwritten: list[tuple[str, str]] = []
+        self._unwritten: deque[tuple[str, str]] = deque(maxlen=MAX_WARNED)
         self.tasks = Tasks(logger)
         self.events = ClusterEvents(
             self.cache, self.queue, [fw.waiting for fw in self.frameworks.values()], self.frameworks
@@ -328,9 +332,13 @@ class Daemon:
             self._node_warning(node, warning)
 
     def _node_warning(self, node: NodeModel, warning: str) -> None:
-        if (node.name, warning) in self._warned:
+        key = (node.name, warning)
+        if key in self._warned:
+            self._warned.move_to_end(key)
             return
-        self._warned.add((node.name, warning))
+        self._warned[key] = None
+        if len(self._warned) > MAX_WARNED:
+            self._warned.popitem(last=False)
         self.log.warning("node data", node=node.name, warning=warning)
         if self.leading.is_set():
             self._write_node_warning(node.name, warning)
