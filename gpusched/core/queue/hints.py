@@ -56,6 +56,17 @@ PLUGIN_NODE_CHANGES: dict[str, NodeChange] = {
 }
 
 
+# Filters whose verdict depends on the node and the pod itself only, never on other pods.
+NODE_ONLY = frozenset({"NodeAffinity", "TaintToleration", "NodeUnschedulable", INVALID_POD})
+POD_EVENTS = frozenset(
+    {
+        ClusterEvent.ASSIGNED_POD_ADD,
+        ClusterEvent.ASSIGNED_POD_DELETE,
+        ClusterEvent.POD_GROUP_CHANGE,
+    }
+)
+
+
 def node_update_may_help(rejected_by: frozenset[str], change: NodeChange) -> bool:
     if not change:
         return False
@@ -77,6 +88,9 @@ def may_help(
         return False
     if event is ClusterEvent.NODE_UPDATE:
         return node_update_may_help(rejected_by, change)
+    if event in POD_EVENTS and rejected_by and rejected_by <= NODE_ONLY:
+        # Another pod coming or going changes no node's labels, taints or cordon.
+        return False
     # Fewer nodes never make a pod fit.
     return event is not ClusterEvent.NODE_DELETE
 

@@ -326,3 +326,15 @@ def test_a_backlog_is_moved_by_group_not_scanned_per_pod(queue: SchedulingQueue)
     assert len(queue.unschedulable) == 1_000
     queue.delete("uid-p1")
     assert len(list(queue.unschedulable.group(frozenset({"NodeAffinity"})))) == 999
+
+
+def test_other_pods_coming_and_going_wake_no_pod_a_node_only_filter_rejected(
+    queue: SchedulingQueue, clock: Clock
+) -> None:
+    parked(queue, "selector", "NodeAffinity", "TaintToleration")
+    parked(queue, "cpu", "NodeAffinity", "NodeResourcesFit")
+    clock.t += 20
+    assert queue.move_all(ClusterEvent.ASSIGNED_POD_DELETE) == 1
+    assert queue.where("uid-cpu") == ACTIVE and queue.where("uid-selector") == UNSCHEDULABLE
+    assert queue.move_all(ClusterEvent.POD_GROUP_CHANGE) == 0
+    assert queue.move_all(ClusterEvent.NODE_ADD) == 1
