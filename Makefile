@@ -8,7 +8,7 @@ GPUSCHED_CACHE ?= $(HOME)/.cache/gpusched
 export GPUSCHED_CACHE
 STAMP := $(VENV)/.installed
 
-.PHONY: all venv bins demo demo-cluster test test-unit test-integration lint bench packing-bound cluster-up cluster-down clean
+.PHONY: all venv bins demo demo-cluster test test-unit test-integration lint bench bench-churn packing-bound cluster-up cluster-down clean
 
 all: test
 
@@ -70,6 +70,11 @@ lint: venv
 bench: venv
 	$(PY) bench/kernels.py
 	$(PY) bench/watch_decode.py
+
+# RSS and per-pod cost with 20,000 unschedulable pods pending and 10,000 node label updates
+# through the scheduler's own loop (bench/churn.py; about 2 minutes).
+bench-churn: venv
+	$(PY) bench/churn.py
 
 # How low unallocated GPU can go in the FGD protocol (docs/fgd-results.md); reads the trace
 # through TRACE_DIR, never copies it.

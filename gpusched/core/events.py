@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection
 
 from gpusched.core.cache.cache import ClusterCache
-from gpusched.core.queue import ClusterEvent, SchedulingQueue
+from gpusched.core.queue import ClusterEvent, SchedulingQueue, node_change
 from gpusched.core.runtime.waiting import WaitingPods
 from gpusched.model.node import NodeModel
 from gpusched.model.pod import PodInfo
@@ -81,7 +81,11 @@ class ClusterEvents:
 
     def node_changed(self, node: NodeModel) -> None:
         """A node added or updated. ValueError if the cache cannot use it (too many cards);
-        its previous row, if any, is then removed: ignored means unused."""
+        its previous row, if any, is then removed: ignored means unused.
+
+        An update wakes only the unschedulable pods whose rejecting plugins read something
+        that changed (core/queue/hints.py), so label churn nothing selects on (GPU Feature
+        Discovery's timestamp every minute) wakes nobody."""
         name = node.name
         old = self.nodes.get(name)
         if old == node:
@@ -93,7 +97,15 @@ class ClusterEvents:
                 self.node_deleted(name)
             raise
         self.nodes[name] = node
-        self.queue.move_all(ClusterEvent.NODE_ADD if old is None else ClusterEvent.NODE_UPDATE)
+        if old is None:
+            self.queue.move_all(ClusterEvent.NODE_ADD)
+            return
+        snap = self.cache.snapshot
+        labels = old.labels != node.labels and snap.label_key(old.labels) != snap.label_key(
+            node.labels
+        )
+        change = node_change(old, node, labels_changed=labels)
+        self.queue.move_all(ClusterEvent.NODE_UPDATE, change=change)
 
     def node_deleted(self, name: str) -> None:
         self.nodes.pop(name, None)

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -63,6 +63,7 @@ TIMER_SECONDS = 1.0  # backoff and unschedulable flushes, kube's 1 s ticker
 # Pod warnings remembered for deduplication (the oldest forgotten first): a tenant editing
 # annotations in a loop must not grow the daemon's memory.
 MAX_POD_WARNINGS = 1024
+MAX_WARNED = 4096  # node warnings remembered as reported (and kept for a standby to write)
 
 
 @dataclass(frozen=True)
@@ -142,10 +143,12 @@ class Daemon:
             loop_stall=config.liveness.loop_stall_seconds,
             clock=clock,
         )
-        self._warned: set[tuple[str, str]] = set()
+        # Node warnings already reported, least recently seen first: bounded, since a
+        # warning's text carries node data (a malformed value) that may change every update.
+        self._warned: OrderedDict[tuple[str, str], None] = OrderedDict()
         # Node warnings a standby saw: written as Events once it leads (only the leader
         # writes to the API, as kube-scheduler's standbys write nothing).
-        self._unwritten: list[tuple[str, str]] = []
+        self._unwritten: deque[tuple[str, str]] = deque(maxlen=MAX_WARNED)
         # (pod uid, message) -> the pod while its Warning Event is unwritten (a standby's),
         # None once written.
         self._pod_warned: OrderedDict[tuple[str, str], PodInfo | None] = OrderedDict()
@@ -411,9 +414,13 @@ class Daemon:
             self._node_warning(node, warning)
 
     def _node_warning(self, node: NodeModel, warning: str) -> None:
-        if (node.name, warning) in self._warned:
+        key = (node.name, warning)
+        if key in self._warned:
+            self._warned.move_to_end(key)
             return
-        self._warned.add((node.name, warning))
+        self._warned[key] = None
+        if len(self._warned) > MAX_WARNED:
+            self._warned.popitem(last=False)
         self.log.warning("node data", node=node.name, warning=warning)
         if self.leading.is_set():
             self._write_node_warning(node.name, warning)

@@ -10,7 +10,17 @@ kube-scheduler gets from a lock).
 
 Used capacity is implicit (allocatable - free). `row_version[row]` changes whenever a row's
 resources change, so per-row caches (plugins/helper/row_cache.py) recompute only what
-changed; `generation` changes whenever labels or taints change shape.
+changed.
+
+Labels: a row's label set (`node_labelset`) holds only the node's labels under the *watched*
+keys, the keys something selects on. NodeAffinity declares the keys of each pod's selector
+(and of its addedAffinity) through `watch_labels` before reading label sets; declaring a key
+some node carries re-derives every row's label set once. Every other label (GPU Feature
+Discovery rewrites `nvidia.com/gfd.timestamp` every minute) never reaches the label sets:
+a change to it interns nothing and bumps nothing. The topology keys and GPU model labels are
+read when a node is parsed, into their own columns (`node_rack`, `card_model`), so they
+need no watching here. `generation` changes whenever a row's (watched) label set or taint
+set changes, and when ids are renumbered.
 """
 
 from __future__ import annotations
@@ -28,16 +38,35 @@ NO_CARD = -1
 # MAX_CARDS): the columns may be at most this wide. Repeated here so loading a config does
 # not import numba; a test keeps the two equal.
 MAX_CARDS_LIMIT = 63
+# Label keys watched at most; the least recently declared beyond this are dropped (a key a
+# pending pod still selects on is declared again at its next attempt). Keys come from pod
+# selectors, so this is user input: a few dozen in a real cluster.
+MAX_WATCHED_KEYS = 1024
+# GPU model constraints (pod input) whose allowed-model arrays are kept.
+MAX_ALLOWED_CACHE = 256
 
 
 class Interner:
-    """Stable small ids for hashable values (models, racks, label sets)."""
+    """Small ids for hashable values (models, racks, label sets, taint sets).
 
-    __slots__ = ("_ids", "values")
+    `id` interns for good (models, racks and spines: a handful per cluster). Label and taint
+    sets come and go with the nodes that carry them, so they are reference-counted instead
+    (`acquire` / `release`): a set no node uses any more is freed. Its id is not handed out
+    again within the same `epoch`, so a consumer's table indexed by id (NodeAffinity's,
+    TaintToleration's) never reads another set's verdict under an old id; when freed ids
+    outnumber the live ones, `compact` renumbers the live sets densely and bumps `epoch`,
+    and consumers rebuild their tables once. The id space (`len`) stays within twice the
+    live sets plus a constant, however many sets churn through it.
+    """
+
+    __slots__ = ("_ids", "dead", "epoch", "refs", "values")
 
     def __init__(self) -> None:
         self._ids: dict[object, int] = {}
         self.values: list[object] = []
+        self.refs: list[int] = []
+        self.dead = 0  # freed ids since the last compaction
+        self.epoch = 0  # bumped whenever ids are renumbered (compact, reset)
 
     def id(self, value: object) -> int:
         got = self._ids.get(value)
@@ -45,10 +74,57 @@ class Interner:
             got = len(self.values)
             self._ids[value] = got
             self.values.append(value)
+            self.refs.append(0)
         return got
+
+    def acquire(self, value: object) -> int:
+        got = self.id(value)
+        self.refs[got] += 1
+        return got
+
+    def release(self, id_: int) -> None:
+        if id_ < 0:
+            return
+        self.refs[id_] -= 1
+        if self.refs[id_] == 0:
+            del self._ids[self.values[id_]]
+            self.values[id_] = None
+            self.dead += 1
 
     def find(self, value: object) -> int:
         return self._ids.get(value, -1)
+
+    @property
+    def live(self) -> int:
+        """Values currently interned (the id space may be larger by the freed ids)."""
+        return len(self._ids)
+
+    def wants_compaction(self) -> bool:
+        return self.dead > max(64, len(self._ids))
+
+    def compact(self) -> NDArray[np.int32]:
+        """Renumber the live values densely, in id order; returns old id -> new id (-1 for a
+        freed id) for the caller to rewrite its id column."""
+        remap = np.full(len(self.values), -1, np.int32)
+        values: list[object] = []
+        refs: list[int] = []
+        for old, value in enumerate(self.values):
+            if self.refs[old] > 0:
+                remap[old] = len(values)
+                values.append(value)
+                refs.append(self.refs[old])
+        self.values, self.refs, self.dead = values, refs, 0
+        self._ids = {v: i for i, v in enumerate(values)}
+        self.epoch += 1
+        return remap
+
+    def reset(self) -> None:
+        """Forget every value (the caller re-acquires what it uses); a new epoch."""
+        self._ids.clear()
+        self.values.clear()
+        self.refs.clear()
+        self.dead = 0
+        self.epoch += 1
 
     def __len__(self) -> int:
         return len(self.values)
@@ -67,11 +143,18 @@ class NodeColumns:
         self.models = Interner()
         self.racks = Interner()
         self.spines = Interner()
-        self.labelsets = Interner()  # values: frozenset of label items
+        self.labelsets = Interner()  # values: frozenset of (key, value) under watched keys
         self.taintsets = Interner()  # values: tuple[Taint, ...]
+        # The label keys something selects on, least recently declared first.
+        self.watched_keys: dict[str, None] = {}
+        # Times the label sets were re-derived because a newly watched key is on some node.
+        self.relabels = 0
         self._allowed_cache: dict[tuple[str, ...], tuple[int, NDArray[np.bool_]]] = {}
-        # Bumped whenever node labels/taints change shape, so plugins can drop their caches.
+        # Bumped whenever a row's label set or taint set changes or their ids are
+        # renumbered, so plugins can drop caches keyed by those ids.
         self.generation = 0
+        # Bumped whenever a row's cards are rewritten (a node added or its inventory changed).
+        self.card_layout = 0
         # Bumped only when a row gets or loses its node (which node is on which row): caches
         # keyed by row and node name, not by labels, follow this and ignore label churn.
         self.membership = 0
@@ -183,11 +266,19 @@ class NodeColumns:
                 i = self.models.find(m)
                 if i >= 0:
                     arr[i] = True
-        self._allowed_cache[models] = (n_models, arr)
+        cache = self._allowed_cache
+        cache.pop(models, None)
+        if len(cache) >= MAX_ALLOWED_CACHE:
+            # Least recently used first: dicts keep insertion order, and a hit re-inserts.
+            cache.pop(next(iter(cache)))
+        cache[models] = (n_models, arr)
         return arr
 
     def labels_of(self, labelset: int) -> Mapping[str, str]:
+        """A label set's labels under the watched keys (empty for a freed id)."""
         value = self.labelsets.values[labelset]
+        if value is None:
+            return {}
         assert isinstance(value, frozenset)
         return {str(k): str(v) for k, v in value}
 
@@ -195,8 +286,82 @@ class NodeColumns:
         if taintset < 0:
             return ()
         value = self.taintsets.values[taintset]
+        if value is None:
+            return ()
         assert isinstance(value, tuple)
         return value
+
+    # -- label sets ------------------------------------------------------------------------
+
+    def watch_labels(self, keys: Iterable[str]) -> None:
+        """Declare label keys something selects on, before reading label sets.
+
+        A key already watched costs a dict move. A new key that some node carries re-derives
+        every row's label set (once: from then on the key is part of every label set), so a
+        selector on a label that changed before anyone watched it still sees its value.
+        """
+        watched = self.watched_keys
+        fresh: list[str] = []
+        for key in keys:
+            if key in watched:
+                del watched[key]
+            else:
+                fresh.append(key)
+            watched[key] = None
+        while len(watched) > MAX_WATCHED_KEYS:
+            # Dropping a key needs no re-derivation: the label sets interned while it was
+            # watched keep it, which is correct for it and harmless for every other key.
+            del watched[next(iter(watched))]
+        if fresh and any(
+            node is not None and any(k in node.labels for k in fresh) for node in self.nodes
+        ):
+            self._relabel()
+
+    def label_key(self, labels: Mapping[str, str]) -> frozenset[tuple[str, str]]:
+        """The labels under the watched keys: what a row's label set holds."""
+        watched = self.watched_keys
+        if len(watched) < len(labels):
+            return frozenset((k, labels[k]) for k in watched if k in labels)
+        return frozenset(kv for kv in labels.items() if kv[0] in watched)
+
+    def _set_labelset(self, row: int, labels: Mapping[str, str] | None) -> bool:
+        """Point `row` at the label set of `labels` (None: no node); whether it changed."""
+        new = self.labelsets.acquire(self.label_key(labels)) if labels is not None else -1
+        old = int(self.node_labelset[row])
+        self.labelsets.release(old)
+        if new == old:
+            return False
+        self.node_labelset[row] = new
+        if self.labelsets.wants_compaction():
+            self._compact(self.labelsets, self.node_labelset)
+        return True
+
+    def _set_taintset(self, row: int, taints: tuple[Taint, ...]) -> bool:
+        new = self.taintsets.acquire(taints) if taints else -1
+        old = int(self.node_taintset[row])
+        self.taintsets.release(old)
+        if new == old:
+            return False
+        self.node_taintset[row] = new
+        if self.taintsets.wants_compaction():
+            self._compact(self.taintsets, self.node_taintset)
+        return True
+
+    def _compact(self, interner: Interner, column: NDArray[np.int32]) -> None:
+        remap = interner.compact()
+        used = column >= 0
+        column[used] = remap[column[used]]
+        self.generation += 1
+
+    def _relabel(self) -> None:
+        """Re-derive every row's label set under the watched keys (a new epoch of ids)."""
+        self.labelsets.reset()
+        self.node_labelset[:] = -1
+        for row, node in enumerate(self.nodes):
+            if node is not None:
+                self.node_labelset[row] = self.labelsets.acquire(self.label_key(node.labels))
+        self.relabels += 1
+        self.generation += 1
 
     def gpu_milli_capacity(self) -> int:
         rows = self.valid_rows()

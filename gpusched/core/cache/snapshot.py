@@ -6,7 +6,9 @@ changes, never rebuilding per pod.
 
 Used capacity is implicit (allocatable - free), so a node update that changes allocatable
 keeps what its pods use. Whatever writes a row's columns calls `touch(row)`: per-row caches
-(GPUFit's summary cache) trust the row versions to know what changed.
+(GPUFit's summary cache) trust the row versions to know what changed. Label and taint sets
+are reference-counted (`Interner.acquire` / `release`): a node's update or removal frees the
+sets no node uses any more.
 """
 
 from __future__ import annotations
@@ -72,10 +74,15 @@ class Snapshot(NodeColumns):
         self.node_mem_alloc[row] = node.memory_bytes
         self.node_pods_alloc[row] = node.pods
         self.node_unschedulable[row] = node.unschedulable
-        if old is None or old.labels != node.labels or old.taints != node.taints:
+        # Label and taint sets are shared and reference-counted; a label set holds only
+        # the watched keys, so a label nothing selects on changes nothing here.
+        changed = False
+        if old is None or old.labels != node.labels:
+            changed = self._set_labelset(row, node.labels)
+        if old is None or old.taints != node.taints:
+            changed = self._set_taintset(row, node.taints) or changed
+        if changed:
             self.generation += 1
-            self.node_labelset[row] = self.labelsets.id(frozenset(node.labels.items()))
-            self.node_taintset[row] = self.taintsets.id(node.taints) if node.taints else -1
         if old is None or old.rack != node.rack or old.spine != node.spine:
             self.node_rack[row] = self.racks.id(node.rack) if node.rack else -1
             self.node_spine[row] = self.spines.id(node.spine) if node.spine else -1
@@ -115,6 +122,7 @@ class Snapshot(NodeColumns):
         self.card_free_milli[row] = np.where(has, FULL_CARD_MILLI - used_milli, -used_milli)
         self.card_free_mem[row] = np.where(has, total - used_mem, -used_mem)
         self.node_card_count[row] = len(node.cards)
+        self.card_layout += 1
 
     def remove_node(self, name: str) -> NodeModel | None:
         row = self.rows.pop(name, None)
@@ -124,6 +132,8 @@ class Snapshot(NodeColumns):
         self.nodes[row] = None
         self.names[row] = ""
         self.node_valid[row] = False
+        self._set_labelset(row, None)
+        self._set_taintset(row, ())
         self.card_model[row] = NO_CARD
         self.card_free_milli[row] = 0
         self.card_free_mem[row] = 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from gpusched.core.queue.hints import ClusterEvent, NodeChange
 from gpusched.model.pod import PodInfo
 
 
@@ -18,9 +19,9 @@ class QueuedPodInfo:
     rejected_by: frozenset[str] = frozenset()
     # The pod was deleted while in flight: its attempt's result is dropped, not requeued.
     deleted: bool = False
-    # The queue's move counter when the pod was popped: a move since then means the
-    # cluster changed during the attempt, so an unschedulable result may be stale.
-    popped_move_seq: int = 0
+    # Cluster events (and what a node update changed) since the pod was popped: if one may
+    # help the plugins that rejected it, an unschedulable result may be stale.
+    missed: set[tuple[ClusterEvent, NodeChange]] = field(default_factory=set)
     # The watch delivered a different version of the pod while it was in flight: the
     # attempt judged the old one, so an unschedulable result may be stale.
     updated_in_flight: bool = False

@@ -9,7 +9,10 @@ Mirrors kube-scheduler's backend/queue/scheduling_queue.go, simplified:
   to the unschedulable set unless the cluster changed while they were in flight (then a
   retry may succeed, so backoffQ, as kube's moveRequestCycle does);
 * `move_all` on a cluster event moves unschedulable pods whose rejection the event may
-  resolve (a simple requeue hint) to activeQ, or to backoffQ while their backoff runs;
+  resolve (the requeue hint; for a node update, hints.py: only pods rejected by a plugin
+  that reads what changed) to activeQ, or to backoffQ while their backoff runs; the
+  unschedulable pods are grouped by the plugins that rejected them, so an event costs one
+  hint per group plus the pods it moves, not a pass over the backlog;
 * `flush` moves finished backoffs to activeQ, and retries pods left unschedulable longer
   than podMaxInUnschedulablePodsDurationSeconds even without an event.
 
@@ -20,14 +23,13 @@ from a fake clock.
 from __future__ import annotations
 
 import asyncio
-import enum
 from collections.abc import Callable, Iterable
 
 from gpusched.core.queue.active import ActiveQueue, Less
 from gpusched.core.queue.backoff import BackoffQueue, backoff_duration
+from gpusched.core.queue.hints import ClusterEvent, NodeChange, may_help
 from gpusched.core.queue.info import QueuedPodInfo
 from gpusched.core.queue.unschedulable import UnschedulablePods
-from gpusched.framework.status import INVALID_POD
 from gpusched.model.pod import PodInfo
 
 ACTIVE = "active"
@@ -37,28 +39,6 @@ INFLIGHT = "inflight"
 
 # How often the leftover unschedulable pods are checked (kube-scheduler: every 30 s).
 LEFTOVER_CHECK_SECONDS = 30.0
-
-
-class ClusterEvent(enum.Enum):
-    NODE_ADD = "NodeAdd"
-    NODE_UPDATE = "NodeUpdate"
-    NODE_DELETE = "NodeDelete"
-    ASSIGNED_POD_DELETE = "AssignedPodDelete"  # capacity freed
-    ASSIGNED_POD_ADD = "AssignedPodAdd"  # gangs and affinity may care
-    POD_GROUP_CHANGE = "PodGroupChange"
-    FLUSH = "UnschedulableTimeout"
-
-
-def may_help(rejected_by: frozenset[str], event: ClusterEvent) -> bool:
-    """The requeue hint: whether `event` may make a pod rejected by `rejected_by`
-    schedulable. Deliberately coarse (a false yes costs one attempt, a false no strands a
-    pod until the periodic flush)."""
-    if event is ClusterEvent.FLUSH:
-        return True
-    if rejected_by and rejected_by <= {INVALID_POD}:
-        return False
-    # Fewer nodes never make a pod fit.
-    return event is not ClusterEvent.NODE_DELETE
 
 
 class SchedulingQueue:
@@ -79,7 +59,6 @@ class SchedulingQueue:
         self.backoff = BackoffQueue()
         self.unschedulable = UnschedulablePods()
         self.inflight: dict[str, QueuedPodInfo] = {}
-        self._move_seq = 0
         self._closed = False
         self._wakeup: asyncio.Event | None = None
         # When the next leftover check is due. One stored instant, compared the same way by
@@ -128,17 +107,28 @@ class SchedulingQueue:
         self.backoff.remove(uid)
         self.unschedulable.remove(uid)
 
-    def move_all(self, event: ClusterEvent, *, exclude: str = "") -> int:
+    def move_all(
+        self, event: ClusterEvent, *, exclude: str = "", change: NodeChange = NodeChange.ANY
+    ) -> int:
         """Move unschedulable pods the event may help; returns how many moved. `exclude`: a
-        pod the event is about (its own placement was just undone) that must stay put."""
-        self._move_seq += 1
+        pod the event is about (its own placement was just undone) that must stay put.
+        `change`: what a NODE_UPDATE changed; an update that changed nothing a plugin reads
+        is no event at all."""
+        if event is ClusterEvent.NODE_UPDATE and not change:
+            return 0
+        # Pods in flight missed it: their attempt's verdict may be stale (see requeue).
+        for info in self.inflight.values():
+            info.missed.add((event, change))
         now = self.clock()
         moved = 0
-        for info in self.unschedulable:
-            if info.uid != exclude and may_help(info.rejected_by, event):
-                self.unschedulable.remove(info.uid)
-                self._requeue_moved(info, now)
-                moved += 1
+        for rejected_by in self.unschedulable.groups():
+            if not may_help(rejected_by, event, change):
+                continue
+            for info in self.unschedulable.group(rejected_by):
+                if info.uid != exclude:
+                    self.unschedulable.remove(info.uid)
+                    self._requeue_moved(info, now)
+                    moved += 1
         return moved
 
     # -- the scheduling loop's side ---------------------------------------------------------
@@ -149,7 +139,7 @@ class SchedulingQueue:
             return None
         info.attempts += 1
         info.where = INFLIGHT
-        info.popped_move_seq = self._move_seq
+        info.missed = set()
         info.updated_in_flight = False
         self.inflight[info.uid] = info
         return info
@@ -183,7 +173,12 @@ class SchedulingQueue:
         info.backoff_until = now + backoff_duration(
             info.attempts, self.initial_backoff, self.max_backoff
         )
-        stale = info.popped_move_seq != self._move_seq or info.updated_in_flight
+        # Stale if an event during the attempt may have helped it (kube's in-flight events
+        # checked with the requeue hints), or the pod itself changed.
+        stale = info.updated_in_flight or any(
+            may_help(info.rejected_by, event, change) for event, change in info.missed
+        )
+        info.missed = set()
         info.updated_in_flight = False
         if unschedulable and not stale:
             info.where = UNSCHEDULABLE

@@ -35,15 +35,17 @@ class GpuClusteringScore:
         self.handle = handle
         self._seen = np.zeros((0, 0), np.int32)
         self._tags = np.zeros((0, 0), np.int32)
-        self._generation = -1
+        self._membership = -1
 
     def _tag_counts(self) -> NDArray[np.int32]:
         snap = self.handle.snapshot
         n_tags = snap.max_cards + 1
-        if self._seen.shape != snap.card_free_milli.shape or snap.generation != self._generation:
+        # Counts follow a row's node and its pods (which change its free shares); a label
+        # change (GPU Feature Discovery's timestamp every minute) recounts nothing.
+        if self._seen.shape != snap.card_free_milli.shape or snap.membership != self._membership:
             self._seen = np.full_like(snap.card_free_milli, -1)
             self._tags = np.zeros((snap.capacity, n_tags), np.int32)
-            self._generation = snap.generation
+            self._membership = snap.membership
         changed = np.flatnonzero((snap.card_free_milli != self._seen).any(axis=1))
         for row in changed:
             counts = np.zeros(n_tags, np.int32)

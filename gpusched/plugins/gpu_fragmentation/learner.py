@@ -4,6 +4,11 @@ The published FGD is told the trace's shape distribution in advance; a live sche
 not. This learner counts the shapes of the pods the scheduler has scored, with an
 exponential decay (half-life in pods), and hands out FGD-style "typical pods": the most
 frequent shapes covering ``popularity`` of the count, renormalised.
+
+CPU milli and GPU model strings are whatever pods ask for, so the shapes are user input:
+past ``MAX_SHAPES`` distinct shapes the lightest are pruned (down to three quarters of the
+cap), which leaves the heavy shapes the target is made of untouched. The openb traces have
+at most 249 distinct shapes, so they never reach the cap.
 """
 
 from __future__ import annotations
@@ -14,6 +19,8 @@ from gpusched.model.pod import PodRequest
 from gpusched.plugins.helper.fgd_target import TargetClass
 
 Shape = tuple[int, int, int, str]  # cpu milli, gpu milli per card, cards, models
+
+MAX_SHAPES = 1024
 
 
 def shape_of(req: PodRequest) -> Shape:
@@ -58,8 +65,16 @@ class ShapeLearner:
             self._scale = 1.0
         key = shape_of(req)
         self.counts[key] = self.counts.get(key, 0.0) + self._scale
+        if len(self.counts) > MAX_SHAPES:
+            self._prune()
         self.seen += 1
         return True
+
+    def _prune(self) -> None:
+        """Keep the heaviest three quarters of the cap (ties: the larger shape, as
+        `target` ranks them), so a pruning runs at most once per MAX_SHAPES / 4 new shapes."""
+        ranked = sorted(self.counts.items(), key=lambda kv: (kv[1], kv[0]), reverse=True)
+        self.counts = dict(ranked[: MAX_SHAPES * 3 // 4])
 
     def shared_mix(self) -> dict[int, float]:
         """Weight of each per-card share among the shared (one partial card) pods seen."""

@@ -60,13 +60,15 @@ class FragCache:
         self.cls_p = np.zeros(0, np.float64)
         self.cls_access = np.zeros((0, 1), np.bool_)
         self._force = True
-        self._generation = -1
+        self._membership = -1
+        self._card_layout = -1
         self._models = -1
         self.cnt = np.zeros((0, 0), np.int16)
         self.fs = np.zeros((0, 0), np.int64)
         self.before = np.zeros(0, np.float64)
         self.seen_free = np.zeros((0, 0), np.int32)
         self.seen_cpu = np.zeros(0, np.int64)
+        self.seen_model = np.zeros((0, 0), np.int16)
         self.refreshed = 0  # rows recomputed, for tests and benchmarks
 
     def set_target(self, classes: Sequence[TargetClass]) -> None:
@@ -88,6 +90,7 @@ class FragCache:
             self.before = np.zeros(n, np.float64)
             self.seen_free = np.zeros_like(snap.card_free_milli)
             self.seen_cpu = np.zeros(n, np.int64)
+            self.seen_model = snap.card_model.copy()
             self._force = True
         if len(snap.models) != self._models:
             m = max(1, len(snap.models))
@@ -98,10 +101,25 @@ class FragCache:
             self.cls_access = access
             self._models = len(snap.models)
             self._force = True
-        if snap.generation != self._generation:
-            # Nodes added, removed or relabelled: a row may now hold another node.
-            self._generation = snap.generation
+        if snap.membership != self._membership:
+            # Nodes added or removed: a row may now hold another node (a removed node's row
+            # was zeroed without updating seen_*, so its statistics must be recomputed).
+            self._membership = snap.membership
             self._force = True
+        if snap.card_layout != self._card_layout:
+            # Some node's cards were rewritten (inventory, health): a row whose card models
+            # changed is stale even if its free shares are not; mark just those rows.
+            self._card_layout = snap.card_layout
+            if self.seen_model.shape != snap.card_model.shape:
+                self.seen_model = snap.card_model.copy()
+                self._force = True
+            else:
+                moved = (snap.card_model != self.seen_model).any(axis=1)
+                if moved.any():
+                    self.seen_cpu[moved] = np.iinfo(np.int64).min
+                    self.seen_model[moved] = snap.card_model[moved]
+        # Labels are not read here: a relabelled node (GPU Feature Discovery's timestamp
+        # every minute) recomputes nothing.
         self.refreshed += fgd_refresh(
             self._force,
             snap.node_valid,

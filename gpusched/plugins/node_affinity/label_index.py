@@ -7,8 +7,10 @@ selector mentions we keep one int32 column over label-set ids (the id of the key
 -1 when absent), built once per key and extended only for label sets interned since; a
 requirement is then one vector op over that column.
 
-Label-set ids are content-addressed and never reused, so columns never go stale; the
-plugin drops the whole index only when the handle hands out a different Snapshot object.
+Label-set ids are content-addressed and never reused within an epoch of the snapshot's
+interner (`NodeColumns.labelsets.epoch`), so columns never go stale; a freed id keeps an
+empty dict here (no row points at it). The plugin drops the whole index when the handle
+hands out a different Snapshot object or the epoch changes (ids renumbered).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from collections.abc import Mapping
 import numpy as np
 from numpy.typing import NDArray
 
-from gpusched.framework.snapshot import NodeColumns
+from gpusched.framework.snapshot import MAX_WATCHED_KEYS, NodeColumns
 from gpusched.plugins.node_affinity.selector import Required, Requirement, Term, parse_int64
 
 Bools = NDArray[np.bool_]
@@ -64,10 +66,11 @@ class KeyColumn:
 class LabelIndex:
     """Per-key columns over label-set ids of one snapshot."""
 
-    __slots__ = ("_columns", "_dicts", "snapshot")
+    __slots__ = ("_columns", "_dicts", "epoch", "snapshot")
 
     def __init__(self, snapshot: NodeColumns) -> None:
         self.snapshot = snapshot
+        self.epoch = snapshot.labelsets.epoch
         self._dicts: list[Mapping[str, str]] = []
         self._columns: dict[str, KeyColumn] = {}
 
@@ -84,6 +87,9 @@ class LabelIndex:
     def column(self, key: str) -> KeyColumn:
         col = self._columns.get(key)
         if col is None:
+            if len(self._columns) >= MAX_WATCHED_KEYS:
+                # Keys come from pod selectors: keep as many columns as keys are watched.
+                self._columns.clear()
             col = self._columns[key] = KeyColumn()
         col.extend(self._dicts, key)
         return col

@@ -8,6 +8,11 @@ A pod's selector is parsed once per distinct (nodeSelector, nodeAffinity) signat
 label part becomes a bool table over the snapshot's label-set ids (computed with numpy
 from per-key label columns, see label_index.py) and a row's verdict is a gather through
 `node_labelset`. Only `metadata.name` matchFields need the row itself.
+
+Label sets hold only the label keys something selects on (framework/snapshot.py): before
+reading them, every cycle declares the keys of the pod's selector and of addedAffinity
+(`NodeColumns.watch_labels`), so a key never seen before is part of the label sets by the
+time the tables are computed, and labels nobody selects on never make new label sets.
 """
 
 from __future__ import annotations
@@ -42,6 +47,18 @@ REASON_CONFLICT = "pod affinity terms conflict"
 PREFIX = "spec.affinity.nodeAffinity"
 
 _CACHE_LIMIT = 4096  # distinct selector signatures kept; a cluster sees a few hundred
+
+
+def _label_keys(req: Required | None, pref: Preferred | None) -> tuple[str, ...]:
+    keys: dict[str, None] = {}
+    if req is not None:
+        keys.update((k, None) for k, _ in req.node_selector)
+        for t in req.terms or ():
+            keys.update((r.key, None) for r in t.labels or ())
+    if pref is not None:
+        for _, t in pref.terms:
+            keys.update((r.key, None) for r in t.labels or ())
+    return tuple(keys)
 
 
 def _field_mask(snap: NodeColumns, rows: Rows, term: Term) -> Bools:
@@ -133,6 +150,7 @@ class _Entry:
     required: _RequiredEval | None
     preferred: _PreferredEval | None
     errors: tuple[str, ...] = ()
+    keys: tuple[str, ...] = ()  # the label keys the selector reads
 
 
 _STATE: StateKey[_Entry] = StateKey("NodeAffinity/selector")
@@ -155,19 +173,27 @@ class NodeAffinity:
         pref = parse_preferred(added, "addedAffinity", errors)
         self._added_required = _RequiredEval(req) if req is not None else None
         self._added_preferred = _PreferredEval(pref) if pref is not None else None
+        self._added_keys = _label_keys(req, pref)
         self._index: LabelIndex | None = None
         self._entries: dict[Any, _Entry] = {}
 
     # -- shared ----------------------------------------------------------------------------
 
-    def _sync(self) -> LabelIndex:
+    def _sync(self, keys: tuple[str, ...] = ()) -> LabelIndex:
+        """The label index, after declaring `keys` and addedAffinity's keys watched."""
         snap = self.handle.snapshot
-        if self._index is None or self._index.snapshot is not snap:
-            # Label-set ids belong to one Snapshot object: a rebuilt one starts afresh.
-            self._index = LabelIndex(snap)
-            self._entries.clear()
-        self._index.sync()
-        return self._index
+        if keys:
+            snap.watch_labels(keys)
+        if self._added_keys:
+            snap.watch_labels(self._added_keys)
+        index = self._index
+        if index is None or index.snapshot is not snap or index.epoch != snap.labelsets.epoch:
+            # Label-set ids belong to one Snapshot object and one epoch of its ids (they
+            # are renumbered when freed ones pile up or a new key is watched): start afresh.
+            # The parsed selectors stay; their tables follow the new index.
+            index = self._index = LabelIndex(snap)
+        index.sync()
+        return index
 
     def _entry(self, pod: PodInfo) -> _Entry:
         raw_affinity: Any = pod.affinity
@@ -189,6 +215,7 @@ class NodeAffinity:
             _RequiredEval(req) if req is not None else None,
             _PreferredEval(pref) if pref is not None else None,
             tuple(errors),
+            _label_keys(req, pref),
         )
         if len(self._entries) >= _CACHE_LIMIT:
             self._entries.clear()
@@ -198,16 +225,16 @@ class NodeAffinity:
     def _state_entry(self, state: CycleState, pod: PodInfo) -> _Entry:
         got = state.get(_STATE)
         if got is None:  # PreFilter/PreScore disabled in the profile
-            self._sync()
             got = self._entry(pod)
+            self._sync(got.keys)
         return got
 
     # -- PreFilter / Filter ----------------------------------------------------------------
 
     def pre_filter(self, state: CycleState, pod: PodInfo) -> tuple[PreFilterResult | None, Status]:
         snap = self.handle.snapshot
-        self._sync()
         entry = self._entry(pod)
+        self._sync(entry.keys)
         if entry.errors:
             # The API server rejects such pods, so this is a pod that bypassed validation:
             # it can never match, and the message says which field to fix.
@@ -233,7 +260,7 @@ class NodeAffinity:
 
     def filter(self, state: CycleState, pod: PodInfo, candidates: Mask) -> FilterResult:
         entry = self._state_entry(state, pod)
-        index = self._sync()
+        index = self._sync(entry.keys)
         n = len(candidates)
         if entry.errors:
             return FilterResult(np.zeros(n, np.bool_), (REASON_POD,), unresolvable=True)
@@ -265,7 +292,7 @@ class NodeAffinity:
 
     def score(self, state: CycleState, pod: PodInfo, rows: Rows) -> Scores:
         entry = self._state_entry(state, pod)
-        index = self._sync()
+        index = self._sync(entry.keys)
         total = np.zeros(len(rows), np.int64)
         if self._added_preferred is not None:
             total += self._added_preferred.scores(index, rows)

@@ -7,8 +7,9 @@ Work is per distinct taint set, not per node: the snapshot interns each node's t
 (`node_taintset`, -1 = untainted), so a cluster of 5 000 nodes with 3 kinds of taints costs
 3 toleration checks per pod, and untainted rows never leave numpy. Results are cached per
 toleration signature: taint-set ids are content-addressed and never reused for other
-content, so a cached verdict for an id stays true for the snapshot's lifetime and only ids
-interned since the last call need evaluating (no need to drop the cache on `generation`).
+content within an epoch of the snapshot's interner, so a cached verdict for an id stays true
+until the ids are renumbered (`taintsets.epoch`: freed sets piled up) and only ids interned
+since the last call need evaluating (no need to drop the cache on `generation`).
 """
 
 from __future__ import annotations
@@ -106,13 +107,16 @@ class TaintToleration:
     def __init__(self, args: object, handle: Handle) -> None:
         self.handle = handle
         self._snap: NodeColumns | None = None
+        self._epoch = -1
         self._filter: dict[tuple[Toleration, ...], _FilterTable] = {}
         self._score: dict[tuple[Toleration, ...], _ScoreTable] = {}
 
     def _tables_for(self, snap: NodeColumns) -> None:
-        # Ids belong to one Snapshot object: a rebuilt snapshot (re-list) starts afresh.
-        if snap is not self._snap:
+        # Ids belong to one Snapshot object and one epoch of its taint-set ids: a rebuilt
+        # snapshot (re-list) or renumbered ids start afresh.
+        if snap is not self._snap or snap.taintsets.epoch != self._epoch:
             self._snap = snap
+            self._epoch = snap.taintsets.epoch
             self._filter.clear()
             self._score.clear()
         if len(self._filter) > _CACHE_LIMIT:

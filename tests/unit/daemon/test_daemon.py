@@ -14,9 +14,11 @@ import pytest
 from gpusched.config import LeaderElection, default_config
 from gpusched.config.settings import Watch
 from gpusched.daemon import Daemon, DaemonOptions
+from gpusched.daemon.daemon import MAX_WARNED
 from gpusched.devcluster.nodes import NodeSpec, node_object
 from gpusched.framework.status import Code, Status
 from gpusched.kube.client import ApiError
+from gpusched.model.node import node_from_k8s
 from gpusched.observability.logging import make_logger
 from gpusched.plugins import default_registry
 from tests.builders import watch_line
@@ -592,3 +594,20 @@ async def test_pod_warnings_remembered_are_bounded(
         d.pod_watch._line(watch_line("ADDED", _forged(f"p{i}", "1", milli=str(i))))
     assert len(d._pod_warned) == 3
     assert [uid for uid, _ in d._pod_warned] == ["uid-p7", "uid-p8", "uid-p9"]
+
+
+async def test_node_warnings_remembered_are_bounded(
+    daemon: tuple[Daemon, FakeWriter], stream: io.StringIO
+) -> None:
+    """A warning's text carries node data, which may differ on every update: the set of
+    warnings already reported (and kept for a standby) is an LRU, not a growing set."""
+    d, _ = daemon
+    node = node_from_k8s(node_object(NodeSpec("n", 8, "A100M80", 8000, 16384, "r", "s")))
+    for i in range(MAX_WARNED * 3):
+        d._node_warning(node, f"status.allocatable['x']: bad value {i}")
+    assert len(d._warned) == MAX_WARNED and len(d._unwritten) == MAX_WARNED
+    logged = len(_events(stream))
+    d._node_warning(node, f"status.allocatable['x']: bad value {MAX_WARNED * 3 - 1}")
+    assert len(_events(stream)) == logged  # a recent warning is still reported only once
+    d._node_warning(node, "status.allocatable['x']: bad value 0")  # long evicted
+    assert len(_events(stream)) == logged + 1

@@ -1,8 +1,10 @@
-"""The snapshot's numpy columns: rows kept while it grows."""
+"""The snapshot's numpy columns: rows kept while it grows; label and taint sets bounded."""
 
 from __future__ import annotations
 
-from tests.builders import cache_with
+from gpusched.framework.snapshot import MAX_ALLOWED_CACHE
+from gpusched.model.node import NodeModel, Taint
+from tests.builders import cache_with, node, snapshot
 
 
 def test_snapshot_grows_and_keeps_rows() -> None:
@@ -11,3 +13,89 @@ def test_snapshot_grows_and_keeps_rows() -> None:
     assert snap.size == 70 and snap.capacity >= 70
     assert snap.names[snap.row_of("n69")] == "n69"
     assert int(snap.card_free_milli[snap.row_of("n0")].sum()) == 8000
+
+
+# -- label and taint sets: reference-counted, only the watched keys ------------------------
+
+GFD_TIMESTAMP = "nvidia.com/gfd.timestamp"
+
+
+def gfd_node(name: str, stamp: int, **labels: str) -> NodeModel:
+    return node(
+        name,
+        labels={"kubernetes.io/hostname": name, GFD_TIMESTAMP: str(stamp), **labels},
+        cards=2,
+    )
+
+
+def test_a_label_nothing_selects_on_interns_nothing_and_bumps_nothing() -> None:
+    snap = snapshot(gfd_node("a", 0), gfd_node("b", 0))
+    snap.watch_labels(["kubernetes.io/hostname", "zone"])
+    sets, space, gen = snap.labelsets.live, len(snap.labelsets), snap.generation
+    assert sets == 2  # one per hostname
+    for stamp in range(1, 10_001):  # GPU Feature Discovery, every minute for a week
+        snap.upsert_node(gfd_node("a", stamp))
+    assert (snap.labelsets.live, len(snap.labelsets), snap.generation) == (sets, space, gen)
+    # A watched key is still seen: a new label set and a new generation.
+    snap.upsert_node(gfd_node("a", 0, zone="z1"))
+    assert snap.generation == gen + 1
+    assert snap.labels_of(int(snap.node_labelset[snap.row_of("a")]))["zone"] == "z1"
+
+
+def test_unwatched_labels_share_one_label_set() -> None:
+    snap = snapshot(*(gfd_node(f"n{i}", i) for i in range(10)))
+    assert snap.labelsets.live == 1  # nothing watched: every node's label set is empty
+    snap.watch_labels(["kubernetes.io/hostname"])  # a node carries it: re-derived once
+    assert snap.labelsets.live == 10 and snap.relabels == 1
+    assert snap.labels_of(int(snap.node_labelset[snap.row_of("n3")])) == {
+        "kubernetes.io/hostname": "n3"
+    }
+    snap.watch_labels(["kubernetes.io/hostname", "nobody-has-this"])
+    assert snap.relabels == 1  # nothing to re-derive: a watched key, and one no node has
+
+
+def test_a_key_watched_after_its_label_changed_sees_the_new_value() -> None:
+    snap = snapshot(gfd_node("a", 0), gfd_node("b", 0))
+    snap.upsert_node(gfd_node("a", 1, pool="gold"))  # unwatched: the label set is unchanged
+    gen = snap.generation
+    snap.watch_labels(["pool"])
+    assert snap.generation > gen
+    pools = {n: snap.labels_of(int(snap.node_labelset[snap.row_of(n)])) for n in ("a", "b")}
+    assert pools == {"a": {"pool": "gold"}, "b": {}}
+
+
+def test_freed_label_sets_are_compacted_and_ids_stay_valid() -> None:
+    snap = snapshot(gfd_node("keep", 0, zone="z0"))
+    snap.watch_labels([GFD_TIMESTAMP, "zone"])  # someone selects on the timestamp itself
+    epochs = set()
+    for stamp in range(1, 5_001):
+        snap.upsert_node(gfd_node("churn", stamp))
+        epochs.add(snap.labelsets.epoch)
+        assert len(snap.labelsets) <= 2 * snap.labelsets.live + 65
+    assert snap.labelsets.live == 2 and len(epochs) > 1
+    for name, stamp in (("keep", "0"), ("churn", "5000")):
+        labels = snap.labels_of(int(snap.node_labelset[snap.row_of(name)]))
+        assert labels[GFD_TIMESTAMP] == stamp
+    snap.remove_node("churn")
+    assert snap.labelsets.live == 1 and snap.node_labelset[snap.row_of("keep")] >= 0
+
+
+def test_taint_sets_are_freed_with_the_last_node_using_them() -> None:
+    snap = snapshot(node("a", taints=[("k", "v", "NoSchedule")]))
+    for i in range(2_000):  # the autoscaler's deletion-candidate taint carries a timestamp
+        snap.upsert_node(node("b", taints=[("DeletionCandidate", str(i), "PreferNoSchedule")]))
+    assert snap.taintsets.live == 2 and len(snap.taintsets) <= 2 * 2 + 65
+    assert snap.taints_of(int(snap.node_taintset[snap.row_of("a")])) == (
+        Taint("k", "v", "NoSchedule"),
+    )
+    snap.remove_node("a")
+    snap.upsert_node(node("b"))
+    assert snap.taintsets.live == 0 and snap.node_taintset[snap.row_of("b")] == -1
+
+
+def test_the_allowed_models_cache_is_bounded() -> None:
+    snap = snapshot(gfd_node("a", 0))
+    for i in range(MAX_ALLOWED_CACHE * 4):  # any gpu-model string a pod sets
+        assert not snap.allowed_models((f"model-{i}",)).any()
+    assert len(snap._allowed_cache) == MAX_ALLOWED_CACHE
+    assert snap.allowed_models(("A100",)).tolist() == [True]

@@ -7,7 +7,7 @@ import dataclasses
 
 import pytest
 
-from gpusched.core.queue import ClusterEvent, SchedulingQueue, may_help
+from gpusched.core.queue import ClusterEvent, NodeChange, SchedulingQueue, may_help
 from gpusched.core.queue.queue import ACTIVE, BACKOFF, INFLIGHT, UNSCHEDULABLE
 from gpusched.framework.status import INVALID_POD as POD_SPEC
 from gpusched.model.pod import PodInfo, PodRequest
@@ -267,3 +267,74 @@ def test_a_clock_stopped_at_next_wakeup_always_finds_work(clock: Clock, a: float
     else:
         raise AssertionError(f"next_wakeup kept pointing at {due} with nothing to flush")
     assert q.where("uid-p") in (ACTIVE, BACKOFF)
+
+
+# -- requeue hints for node updates (hints.py) ---------------------------------------------
+
+
+def parked(queue: SchedulingQueue, name: str, *rejected_by: str) -> None:
+    queue.add(pod(name))
+    info = queue.pop_nowait()
+    assert info is not None and info.pod.name == name
+    assert queue.requeue(info, unschedulable=True, rejected_by=rejected_by) == UNSCHEDULABLE
+
+
+def test_a_node_update_wakes_only_pods_whose_rejecting_plugin_reads_what_changed(
+    queue: SchedulingQueue, clock: Clock
+) -> None:
+    parked(queue, "cpu", "NodeResourcesFit")
+    parked(queue, "selector", "NodeAffinity")
+    parked(queue, "both", "NodeAffinity", "TaintToleration")
+    parked(queue, "custom", "SomeOutOfTreeFilter")
+    parked(queue, "nameless")
+    clock.t += 20  # past every backoff: a moved pod goes to activeQ
+    assert queue.move_all(ClusterEvent.NODE_UPDATE, change=NodeChange.NONE) == 0
+    assert queue.move_all(ClusterEvent.NODE_UPDATE, change=NodeChange.TAINTS) == 3
+    assert {queue.where(f"uid-{n}") for n in ("both", "custom", "nameless")} == {ACTIVE}
+    assert {queue.where(f"uid-{n}") for n in ("cpu", "selector")} == {UNSCHEDULABLE}
+    assert queue.move_all(ClusterEvent.NODE_UPDATE, change=NodeChange.CARDS) == 0
+    assert queue.move_all(ClusterEvent.NODE_UPDATE, change=NodeChange.LABELS) == 1
+    assert queue.where("uid-selector") == ACTIVE
+    assert queue.move_all(ClusterEvent.NODE_ADD) == 1  # a new node may help anyone
+    assert queue.where("uid-cpu") == ACTIVE
+
+
+def test_an_update_during_the_attempt_makes_it_stale_only_if_it_may_help(
+    queue: SchedulingQueue,
+) -> None:
+    queue.add(pod("a"))
+    queue.add(pod("b"))
+    a, b = queue.pop_nowait(), queue.pop_nowait()
+    assert a is not None and b is not None
+    queue.move_all(ClusterEvent.NODE_UPDATE, change=NodeChange.NONE)  # no event at all
+    queue.move_all(ClusterEvent.NODE_UPDATE, change=NodeChange.ALLOCATABLE)
+    # The CPU it lacked may have appeared meanwhile: retry (backoff), do not wait.
+    assert queue.requeue(a, unschedulable=True, rejected_by=["NodeResourcesFit"]) == BACKOFF
+    # Nothing NodeAffinity reads changed: the verdict stands.
+    assert queue.requeue(b, unschedulable=True, rejected_by=["NodeAffinity"]) == UNSCHEDULABLE
+
+
+def test_a_backlog_is_moved_by_group_not_scanned_per_pod(queue: SchedulingQueue) -> None:
+    for i in range(2_000):
+        parked(queue, f"p{i}", "NodeAffinity" if i % 2 else "NodeResourcesFit")
+    assert queue.unschedulable.groups() == [
+        frozenset({"NodeResourcesFit"}),
+        frozenset({"NodeAffinity"}),
+    ]
+    assert queue.move_all(ClusterEvent.NODE_UPDATE, change=NodeChange.ALLOCATABLE) == 1_000
+    assert queue.unschedulable.groups() == [frozenset({"NodeAffinity"})]
+    assert len(queue.unschedulable) == 1_000
+    queue.delete("uid-p1")
+    assert len(list(queue.unschedulable.group(frozenset({"NodeAffinity"})))) == 999
+
+
+def test_other_pods_coming_and_going_wake_no_pod_a_node_only_filter_rejected(
+    queue: SchedulingQueue, clock: Clock
+) -> None:
+    parked(queue, "selector", "NodeAffinity", "TaintToleration")
+    parked(queue, "cpu", "NodeAffinity", "NodeResourcesFit")
+    clock.t += 20
+    assert queue.move_all(ClusterEvent.ASSIGNED_POD_DELETE) == 1
+    assert queue.where("uid-cpu") == ACTIVE and queue.where("uid-selector") == UNSCHEDULABLE
+    assert queue.move_all(ClusterEvent.POD_GROUP_CHANGE) == 0
+    assert queue.move_all(ClusterEvent.NODE_ADD) == 1

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gpusched.plugins.gpu_fragmentation.learner import ShapeLearner
+from gpusched.model.pod import PodRequest
+from gpusched.plugins.gpu_fragmentation.learner import MAX_SHAPES, ShapeLearner, shape_of
 from tests.builders import t4_request
 
 GIB = 2**30
@@ -39,3 +40,15 @@ def test_learner_decay_follows_a_shift() -> None:
         lr.observe(f"new{i}", t4_request(milli=700))
     weights = {c.gpu_milli: c.weight for c in lr.target()}
     assert weights[700] > 0.99
+
+
+def test_learner_shapes_are_bounded_and_keep_the_heavy_ones() -> None:
+    # CPU milli and model strings are pod input: one shape per pod must not grow forever.
+    lr = ShapeLearner(half_life_pods=0, popularity=0.95, max_classes=8)
+    for i in range(5_000):
+        lr.observe(f"common{i}", t4_request(milli=500))
+        lr.observe(f"odd{i}", PodRequest(cpu_milli=1 + i, gpu_milli=300, gpu_models=(f"m{i}",)))
+    assert len(lr.counts) <= MAX_SHAPES
+    assert lr.counts[shape_of(t4_request(milli=500))] == 5_000
+    top = lr.target()[0]
+    assert (top.gpu_milli, top.gpu_count) == (500, 1)

@@ -436,3 +436,73 @@ def test_many_unique_labelsets_stay_fast() -> None:
         plugin.pre_filter(state, p)
         res = plugin.filter(state, p, mask)
         assert int(res.feasible.sum()) == 299
+
+
+def test_label_churn_nobody_selects_on_recomputes_nothing() -> None:
+    # GPU Feature Discovery rewrites nvidia.com/gfd.timestamp every minute.
+    snap = cluster()
+    plugin = NodeAffinity(None, FakeHandle(snap))
+    p = pod(affinity=required({"matchExpressions": [expr("gpu", "In", "a100")]}))
+    assert run_with(plugin, snap, p) == ["a100-1", "a100-2"]
+    index, sets, gen = plugin._index, len(snap.labelsets), snap.generation
+    assert index is not None
+    size = len(index)
+    for stamp in range(10_000):
+        snap.upsert_node(
+            node("a100-1", labels={"gpu": "a100", "nvidia.com/gfd.timestamp": str(stamp)})
+        )
+    assert run_with(plugin, snap, p) == ["a100-1", "a100-2"]
+    assert plugin._index is index and len(index) == size
+    assert (len(snap.labelsets), snap.generation) == (sets, gen)
+    snap.upsert_node(node("a100-1", labels={"gpu": "v100"}))  # a selected key: seen
+    assert run_with(plugin, snap, p) == ["a100-2"]
+
+
+def test_a_never_seen_key_changed_before_the_pod_arrived_is_seen() -> None:
+    snap = cluster()
+    plugin = NodeAffinity(None, FakeHandle(snap))
+    assert run_with(plugin, snap, pod(node_selector={"gpu": "v100"})) == ["v100-1"]
+    # Nobody selects on "pool" yet, so this changes no label set...
+    snap.upsert_node(node("cpu-1", labels={"zone": "z2", "pool": "gold"}))
+    # ...and the first pod that does still finds the node, by Filter and by Score.
+    assert run_with(plugin, snap, pod(node_selector={"pool": "gold"})) == ["cpu-1"]
+    q = pod(affinity=preferred((5, {"matchExpressions": [expr("team", "Exists")]})))
+    snap.upsert_node(node("v100-1", labels={"gpu": "v100", "team": "x"}))
+    state = CycleState()
+    rows = rows_of(snap, "v100-1", "cpu-1")
+    plugin.pre_score(state, q, rows)
+    assert plugin.score(state, q, rows).tolist() == [5.0, 0.0]
+
+
+def test_added_affinity_keys_are_watched() -> None:
+    snap = snapshot(node("a", labels={"pool": "gold"}), node("b"))
+    added = {REQUIRED: {"nodeSelectorTerms": [{"matchExpressions": [expr("pool", "In", "gold")]}]}}
+    plugin = NodeAffinity(NodeAffinityArgs(added_affinity=added), FakeHandle(snap))
+    assert run_with(plugin, snap, pod(node_selector={"gpu": "x"})) == []
+    assert run_with(plugin, snap, pod()) == ["a"]
+
+
+def run_with(plugin: NodeAffinity, snap: Snapshot, p: PodInfo) -> list[str]:
+    state = CycleState()
+    _, st = plugin.pre_filter(state, p)
+    if st.code is Code.SKIP:
+        return passing(snap, plugin.filter(state, p, all_rows(snap)))
+    assert st.is_success(), st
+    return passing(snap, plugin.filter(state, p, all_rows(snap)))
+
+
+def test_verdicts_survive_label_sets_being_freed_and_renumbered() -> None:
+    # Autoscaled nodes come and go, each with its own hostname: their label sets are freed
+    # with them and, once freed ids pile up, the live ones are renumbered.
+    snap = cluster()
+    plugin = NodeAffinity(None, FakeHandle(snap))
+    p = pod(node_selector={"pool": "gold"})
+    assert run_with(plugin, snap, pod(node_selector={"kubernetes.io/hostname": "x"})) == []
+    epoch = snap.labelsets.epoch
+    for i in range(300):
+        name = f"tmp-{i}"
+        labels = {"kubernetes.io/hostname": name, "pool": "gold" if i % 2 else "silver"}
+        snap.upsert_node(node(name, labels=labels))
+        assert run_with(plugin, snap, p) == ([name] if i % 2 else []), i
+        snap.remove_node(name)
+    assert snap.labelsets.epoch > epoch and len(snap.labelsets) < 100

@@ -194,3 +194,21 @@ def test_score_without_pre_score_state() -> None:
     snap = snapshot(node("one", taints=[("a", "1", "PreferNoSchedule")]))
     plugin = TaintToleration(None, FakeHandle(snap))
     assert plugin.score(CycleState(), pod(), rows_of(snap, "one")).tolist() == [1]
+
+
+def test_verdicts_survive_taint_sets_being_freed_and_renumbered() -> None:
+    # A taint whose value churns (the autoscaler's deletion-candidate timestamp) frees its
+    # old taint sets; once freed ids pile up they are renumbered, and cached verdicts by id
+    # must not be read under the new numbering.
+    snap = snapshot(node("plain"), node("gpu", taints=[GPU_TAINT]), node("churn"))
+    plugin = TaintToleration(None, FakeHandle(snap))
+    tolerate_churn = pod(tolerations=({"key": "churn", "operator": "Exists"},))
+    epoch = snap.taintsets.epoch
+    for i in range(300):
+        key = "churn" if i % 2 else "hard"  # tolerated, then not, in turn
+        snap.upsert_node(node("churn", taints=[(key, str(i), "NoSchedule")]))
+        res = plugin.filter(CycleState(), tolerate_churn, all_rows(snap))
+        assert passing(snap, res) == (["churn", "plain"] if i % 2 else ["plain"]), i
+    assert snap.taintsets.epoch > epoch
+    res = plugin.filter(CycleState(), pod(), all_rows(snap))
+    assert passing(snap, res) == ["plain"]

@@ -1,0 +1,129 @@
+"""Requeue hints for node updates: what changed in a node, and which rejections it may undo.
+
+kube-scheduler asks each plugin that rejected a pod whether a node update may make the pod
+schedulable (its QueueingHintFns for the NodeUpdate event: allocatable grew, labels changed,
+taints changed, unschedulable flipped). Here the node update is summed up once as a
+`NodeChange` (computed from the old and new `NodeModel`), and each in-tree filter says which
+changes it reads. A pod moves only if one of the plugins that rejected it reads something
+that changed, so a node update that changes nothing a plugin reads (a heartbeat, a label
+nothing selects on) moves no pod, and a backlog of unschedulable pods no longer wakes, and
+costs an attempt each, on every node update.
+
+Only changes that can turn a rejection into a pass count: more allocatable, a card gained
+or healed, a taint removed, a node made schedulable. A plugin not in the table (out of
+tree, or new) is woken by any change, as is a pod whose rejection names no plugin.
+"""
+
+from __future__ import annotations
+
+import enum
+
+from gpusched.framework.status import INVALID_POD
+from gpusched.model.node import Card, NodeModel
+
+
+class ClusterEvent(enum.Enum):
+    NODE_ADD = "NodeAdd"
+    NODE_UPDATE = "NodeUpdate"
+    NODE_DELETE = "NodeDelete"
+    ASSIGNED_POD_DELETE = "AssignedPodDelete"  # capacity freed
+    ASSIGNED_POD_ADD = "AssignedPodAdd"  # gangs and affinity may care
+    POD_GROUP_CHANGE = "PodGroupChange"
+    FLUSH = "UnschedulableTimeout"
+
+
+class NodeChange(enum.Flag):
+    NONE = 0
+    ALLOCATABLE = enum.auto()  # CPU, memory or pod count allocatable grew
+    CARDS = enum.auto()  # a card appeared, healed, grew, or changed model or NVLink island
+    LABELS = enum.auto()  # a label some selector reads (a watched key) changed
+    TAINTS = enum.auto()  # a taint went away (or changed)
+    SCHEDULABLE = enum.auto()  # spec.unschedulable went from true to false
+    TOPOLOGY = enum.auto()  # rack or spine changed
+    ANY = ALLOCATABLE | CARDS | LABELS | TAINTS | SCHEDULABLE | TOPOLOGY
+
+
+# What each in-tree filter reads from a node: a node update wakes a pod it rejected only if
+# one of these changed.
+PLUGIN_NODE_CHANGES: dict[str, NodeChange] = {
+    "NodeResourcesFit": NodeChange.ALLOCATABLE,
+    "GPUFit": NodeChange.CARDS,
+    "NodeAffinity": NodeChange.LABELS,
+    "TaintToleration": NodeChange.TAINTS,
+    "NodeUnschedulable": NodeChange.SCHEDULABLE,
+    # The temperature is not node data (telemetry); more cards lower a pod's share of them.
+    "Thermal": NodeChange.CARDS,
+}
+
+
+# Filters whose verdict depends on the node and the pod itself only, never on other pods.
+NODE_ONLY = frozenset({"NodeAffinity", "TaintToleration", "NodeUnschedulable", INVALID_POD})
+POD_EVENTS = frozenset(
+    {
+        ClusterEvent.ASSIGNED_POD_ADD,
+        ClusterEvent.ASSIGNED_POD_DELETE,
+        ClusterEvent.POD_GROUP_CHANGE,
+    }
+)
+
+
+def node_update_may_help(rejected_by: frozenset[str], change: NodeChange) -> bool:
+    if not change:
+        return False
+    if not rejected_by:
+        return True
+    return any(change & PLUGIN_NODE_CHANGES.get(p, NodeChange.ANY) for p in rejected_by)
+
+
+def may_help(
+    rejected_by: frozenset[str], event: ClusterEvent, change: NodeChange = NodeChange.ANY
+) -> bool:
+    """The requeue hint: whether `event` may make a pod rejected by `rejected_by`
+    schedulable; `change` says what a NODE_UPDATE changed (`node_change`). Coarse beyond node
+    updates (a false yes costs one attempt, a false no strands a pod until the periodic
+    flush)."""
+    if event is ClusterEvent.FLUSH:
+        return True
+    if rejected_by and rejected_by <= {INVALID_POD}:
+        return False
+    if event is ClusterEvent.NODE_UPDATE:
+        return node_update_may_help(rejected_by, change)
+    if event in POD_EVENTS and rejected_by and rejected_by <= NODE_ONLY:
+        # Another pod coming or going changes no node's labels, taints or cordon.
+        return False
+    # Fewer nodes never make a pod fit.
+    return event is not ClusterEvent.NODE_DELETE
+
+
+def _cards_gained(old: tuple[Card, ...], new: tuple[Card, ...]) -> bool:
+    before = {c.index: c for c in old}
+    for c in new:
+        o = before.get(c.index)
+        if (
+            o is None
+            or (c.healthy and not o.healthy)
+            or c.memory_mib > o.memory_mib
+            or c.model != o.model
+            or c.nvlink_island != o.nvlink_island
+        ):
+            return True
+    return False
+
+
+def node_change(old: NodeModel, new: NodeModel, *, labels_changed: bool) -> NodeChange:
+    """What in a node update may make a rejected pod schedulable. `labels_changed`: whether
+    a watched label changed (the snapshot knows which keys are watched)."""
+    out = NodeChange.NONE
+    if new.cpu_milli > old.cpu_milli or new.memory_bytes > old.memory_bytes or new.pods > old.pods:
+        out |= NodeChange.ALLOCATABLE
+    if new.cards != old.cards and _cards_gained(old.cards, new.cards):
+        out |= NodeChange.CARDS
+    if labels_changed:
+        out |= NodeChange.LABELS
+    if new.taints != old.taints and not set(old.taints) <= set(new.taints):
+        out |= NodeChange.TAINTS
+    if old.unschedulable and not new.unschedulable:
+        out |= NodeChange.SCHEDULABLE
+    if old.rack != new.rack or old.spine != new.spine:
+        out |= NodeChange.TOPOLOGY
+    return out

@@ -1,0 +1,54 @@
+"""What a node update changed, as the requeue hints see it."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from gpusched.core.queue import NodeChange, node_change
+from gpusched.model.node import Card, NodeModel, Taint
+from tests.builders import gpu_node, node
+
+BASE = node("n", taints=[("a", "1", "NoSchedule")], cards=2)
+CARD0 = Card(0, "A100", 81920)
+
+
+@pytest.mark.parametrize(
+    ("new", "expected"),
+    [
+        (dataclasses.replace(BASE, labels={"nvidia.com/gfd.timestamp": "1"}), NodeChange.NONE),
+        (dataclasses.replace(BASE, warnings=("x",), gpu_source="gfd"), NodeChange.NONE),
+        (dataclasses.replace(BASE, cpu_milli=BASE.cpu_milli + 1), NodeChange.ALLOCATABLE),
+        (dataclasses.replace(BASE, memory_bytes=BASE.memory_bytes + 1), NodeChange.ALLOCATABLE),
+        (dataclasses.replace(BASE, pods=BASE.pods + 1), NodeChange.ALLOCATABLE),
+        (dataclasses.replace(BASE, cpu_milli=BASE.cpu_milli - 1), NodeChange.NONE),
+        (dataclasses.replace(BASE, cards=(*BASE.cards, Card(2, "A100", 81920))), NodeChange.CARDS),
+        (dataclasses.replace(BASE, cards=BASE.cards[:1]), NodeChange.NONE),
+        (dataclasses.replace(BASE, cards=(CARD0, Card(1, "H100", 81920))), NodeChange.CARDS),
+        (
+            dataclasses.replace(BASE, cards=(CARD0, Card(1, "A100", 81920, healthy=False))),
+            NodeChange.NONE,
+        ),
+        (dataclasses.replace(BASE, taints=()), NodeChange.TAINTS),
+        (dataclasses.replace(BASE, taints=(Taint("a", "2", "NoSchedule"),)), NodeChange.TAINTS),
+        (
+            dataclasses.replace(BASE, taints=(*BASE.taints, Taint("b", "", "NoSchedule"))),
+            NodeChange.NONE,
+        ),
+        (dataclasses.replace(BASE, unschedulable=True), NodeChange.NONE),
+        (dataclasses.replace(BASE, rack="r1"), NodeChange.TOPOLOGY),
+    ],
+)
+def test_node_change(new: NodeModel, expected: NodeChange) -> None:
+    assert node_change(BASE, new, labels_changed=False) == expected
+
+
+def test_a_watched_label_and_a_healed_card_and_uncordon() -> None:
+    sick = gpu_node("g", cards=1)
+    sick = dataclasses.replace(sick, cards=(dataclasses.replace(sick.cards[0], healthy=False),))
+    healed = dataclasses.replace(gpu_node("g", cards=1), unschedulable=False)
+    cordoned = dataclasses.replace(sick, unschedulable=True)
+    assert node_change(cordoned, healed, labels_changed=True) == (
+        NodeChange.CARDS | NodeChange.SCHEDULABLE | NodeChange.LABELS
+    )
