@@ -292,7 +292,8 @@ class FakeKube:
     """Lists are empty at version 5 (or answer `list_status`); each watch answers with
     `watch_body()`; the run is cancelled after `max_watches` watches or `max_lists` lists.
     `sent` holds every streamed request's keyword arguments (query, timeout). `request` and
-    `post` (the ClusterWriter's calls) answer at once and are recorded in `requests`."""
+    `post` (the ClusterWriter's calls) answer at once and are recorded in `requests` and
+    `bodies`."""
 
     def __init__(
         self,
@@ -310,6 +311,7 @@ class FakeKube:
         self.lists = 0
         self.sent: list[dict[str, Any]] = []
         self.requests: list[tuple[str, str]] = []  # (method, path)
+        self.bodies: list[Any] = []  # the body of each of `requests`
 
     async def _send(self, method: str, path: str, **kw: Any) -> FakeResponse:
         self.sent.append(kw)
@@ -330,6 +332,7 @@ class FakeKube:
 
     async def request(self, method: str, path: str, **kw: Any) -> JSON:
         self.requests.append((method, path))
+        self.bodies.append(kw.get("body"))
         return {"metadata": {"name": f"obj-{len(self.requests)}"}}
 
     async def post(self, path: str, body: object, **kw: Any) -> JSON:

@@ -231,6 +231,16 @@ def _leader_gauge(d: Daemon) -> float | None:
     return d.metrics.registry.get_sample_value("gpusched_leader")
 
 
+def _another_leader_lives(leases: FakeLeases, lease_clock: FakeClock) -> None:
+    leases.put(other_holder(lease_clock))
+    leases.renewer = renew_as_holder(leases, lease_clock)  # it renews at every look
+
+
+def _the_leader_steps_down(leases: FakeLeases) -> None:
+    leases.renewer = None
+    leases.put({**leases.spec, "holderIdentity": "", "leaseDurationSeconds": 1})  # released
+
+
 async def test_a_standby_keeps_its_cache_but_schedules_only_once_it_leads(
     daemon: tuple[Daemon, FakeWriter],
     leases: FakeLeases,
@@ -239,8 +249,7 @@ async def test_a_standby_keeps_its_cache_but_schedules_only_once_it_leads(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     d, writer = daemon
-    leases.put(other_holder(lease_clock))
-    leases.renewer = renew_as_holder(leases, lease_clock)  # the other leader is alive
+    _another_leader_lives(leases, lease_clock)
     _quiet_watches(d, monkeypatch)
     d.pod_watch._line(watch_line("ADDED", raw_pod("p", "1")))
     running = asyncio.create_task(d.run())
@@ -251,8 +260,7 @@ async def test_a_standby_keeps_its_cache_but_schedules_only_once_it_leads(
     assert d.attempts == 0 and len(d.queue) == 1  # queued (warm), not attempted
     assert _leader_gauge(d) == 0
     # The leader steps down (releases): we take over and schedule what is queued.
-    leases.renewer = None
-    leases.put({**leases.spec, "holderIdentity": "", "leaseDurationSeconds": 1})
+    _the_leader_steps_down(leases)
     await asyncio.wait_for(d.leading.wait(), GUARD)
     assert _leader_gauge(d) == 1
     await asyncio.wait_for(writer.binding.wait(), GUARD)
@@ -275,8 +283,7 @@ async def test_a_standby_writes_no_events_until_it_leads(
     """Only the leader writes to the API: a standby that sees bad node data logs it, and
     writes the Warning Event once it leads (not once per replica)."""
     d, writer = daemon
-    leases.put(other_holder(lease_clock))
-    leases.renewer = renew_as_holder(leases, lease_clock)  # the other leader is alive
+    _another_leader_lives(leases, lease_clock)
     _quiet_watches(d, monkeypatch)
     raw = node_object(NodeSpec("big", 16, "A100M80", 8000, 16384, "r", "s"))
     raw["metadata"]["uid"] = "node-big"
@@ -286,8 +293,7 @@ async def test_a_standby_writes_no_events_until_it_leads(
     await asyncio.wait_for(until(lambda: len(lease_clock.sleeps) >= 5, lease_clock.changed), GUARD)
     assert not d.leading.is_set()
     assert writer.events == []
-    leases.renewer = None
-    leases.put({**leases.spec, "holderIdentity": "", "leaseDurationSeconds": 1})
+    _the_leader_steps_down(leases)
     await asyncio.wait_for(d.leading.wait(), GUARD)
     await asyncio.wait_for(writer.event_written.wait(), GUARD)
     assert writer.events == [("big", "GPUInventory")]
@@ -563,8 +569,7 @@ async def test_a_standby_writes_pod_warnings_once_it_leads(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     d, writer = daemon
-    leases.put(other_holder(lease_clock))
-    leases.renewer = renew_as_holder(leases, lease_clock)  # the other leader is alive
+    _another_leader_lives(leases, lease_clock)
     _quiet_watches(d, monkeypatch)
     _gpu_node(d)
     d.pod_watch._line(watch_line("ADDED", _forged("p", "1")))
@@ -574,8 +579,7 @@ async def test_a_standby_writes_pod_warnings_once_it_leads(
     await asyncio.wait_for(d.ready.wait(), GUARD)
     await asyncio.wait_for(until(lambda: len(lease_clock.sleeps) >= 5, lease_clock.changed), GUARD)
     assert writer.events == []
-    leases.renewer = None
-    leases.put({**leases.spec, "holderIdentity": "", "leaseDurationSeconds": 1})
+    _the_leader_steps_down(leases)
     await asyncio.wait_for(d.leading.wait(), GUARD)
     await asyncio.wait_for(writer.event_written.wait(), GUARD)
     d.stop()

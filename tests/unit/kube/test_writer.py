@@ -53,26 +53,15 @@ async def test_token_bucket_spends_the_burst_then_waits() -> None:
     assert bucket.tokens == pytest.approx(0)
 
 
-class _Posts:
-    """Records what the writer posts (the Kube methods bind_pod uses)."""
-
-    def __init__(self) -> None:
-        self.posted: list[tuple[str, dict[str, object]]] = []
-
-    async def post(self, path: str, body: dict[str, object]) -> dict[str, object]:
-        self.posted.append((path, body))
-        return {}
-
-
 async def test_the_card_assignment_travels_in_the_binding() -> None:
-    kube = _Posts()
+    kube = FakeKube(list)
     writer = ClusterWriter(kube)  # type: ignore[arg-type]
     ann = {"gpusched.io/gpu-ids": "3", "gpusched.io/gpu-milli-assigned": "250"}
     assert (await writer.bind(_pod(), "n1", ann)).is_success()
     # One write: the Binding, whose annotations the API server copies onto the pod with
     # spec.nodeName. No pod PATCH, so the scheduler needs no right to patch pods.
-    [(path, body)] = kube.posted
-    assert path == "/api/v1/namespaces/ns/pods/p/binding"
+    assert kube.requests == [("POST", "/api/v1/namespaces/ns/pods/p/binding")]
+    [body] = kube.bodies
     assert body["metadata"] == {"name": "p", "namespace": "ns", "uid": "u", "annotations": ann}
     assert body["target"] == {"apiVersion": "v1", "kind": "Node", "name": "n1"}
     assert not hasattr(writer, "annotate")
