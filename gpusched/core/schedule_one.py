@@ -8,7 +8,8 @@
                          when the waiting pod resolves in the simulator)
       anything else   -> unwind what was done -> requeue -> observer
     bind(decision)                                  the binding cycle: may await
-      wait on Permit -> PreBind -> Bind -> PostBind -> done
+      wait on Permit -> PreBind -> Bind -> PostBind -> done (each of PreBind and Bind
+      first checks the fence; Bind also that the node still exists)
       failure -> unwind -> requeue, or drop if the pod is gone or bound elsewhere -> observer
 
 A Binding whose outcome is unknown (a timeout, a reset connection, a 5xx: it may have been
@@ -336,6 +337,8 @@ class ScheduleOne:
             if st.is_success():
                 st = self._fenced()
             if st.is_success():
+                st = self._node_still_there(pod, node)
+            if st.is_success():
                 sent = self.clock()
                 st = await fw.run_bind(state, pod, node)
                 if outcome_unknown(st) and self.read_pod is not None:
@@ -373,6 +376,14 @@ class ScheduleOne:
             return Status()
         message = f"not binding: {reason}"
         return Status(Code.ERROR, (message,), "", _FencedError(message))
+
+    def _node_still_there(self, pod: PodInfo, node: str) -> Status:
+        """The node was deleted while the pod waited at Permit or in PreBind: the API server
+        would still accept a Binding to it (it does not check the node exists), leaving a
+        pod bound to nothing that never runs. Undo and retry elsewhere instead."""
+        if self.cache.snapshot.row_of(node) >= 0:
+            return Status()
+        return Status(Code.ERROR, (f"node {node} no longer exists; not binding {pod.key} to it",))
 
     async def _settle(
         self, pod: PodInfo, node: str, failed: Status, sent: float

@@ -44,6 +44,7 @@ WORKDIR_PREFIX = "gpusched-cluster-"
 # it, PR_SET_PDEATHSIG) cannot remove the dir, so the next start sweeps such dirs.
 OWNER_FILE = "owner.pid"
 START_ATTEMPTS = 3  # a picked port can be taken before the child binds it; then retry
+APISERVER = "kube-apiserver"
 
 
 @dataclass
@@ -56,6 +57,8 @@ class ClusterOptions:
     workdir: Path | None = None
     start_timeout: float = 120.0
     log: Callable[[str], None] = field(default=lambda _msg: None)
+    # Extra kube-apiserver flags (appended, so a repeated flag overrides the default).
+    apiserver_args: tuple[str, ...] = ()
 
 
 @dataclass
@@ -84,6 +87,10 @@ class LocalCluster:
     @property
     def server(self) -> str:
         return f"https://127.0.0.1:{self.ports.apiserver}"
+
+    @property
+    def etcd_url(self) -> str:
+        return f"http://127.0.0.1:{self.ports.etcd}"
 
     @property
     def ca_file(self) -> Path:
@@ -135,6 +142,55 @@ class LocalCluster:
     def stop(self) -> None:
         self._stop_processes()
         self._remove_workdir()
+
+    def restart_apiserver(self, extra_args: tuple[str, ...] | None = None) -> None:
+        """Stop kube-apiserver (SIGTERM: a graceful shutdown, as a rolling restart does) and
+        start it again on the same port with the same certificates and tokens, so every
+        kubeconfig keeps working; returns once it is ready. `extra_args` replaces
+        `ClusterOptions.apiserver_args` from now on (None: keep them). Its clients see their
+        connections end and requests refused meanwhile, then reconnect.
+
+        From an event loop that must keep running meanwhile (an in-process daemon), call the
+        parts: `await asyncio.to_thread(stop_apiserver)`, `start_apiserver(wait=False)` on
+        the thread that started the cluster (the child dies with the thread that spawned it,
+        processes.py), then `await asyncio.to_thread(wait_apiserver)`."""
+        self.stop_apiserver()
+        self.start_apiserver(extra_args)
+
+    def stop_apiserver(self) -> None:
+        """Stop kube-apiserver only; etcd and the other components keep running."""
+        for process in [p for p in self.processes if p.name == APISERVER]:
+            process.stop()
+            self.processes.remove(process)
+
+    def start_apiserver(
+        self, extra_args: tuple[str, ...] | None = None, *, wait: bool = True
+    ) -> None:
+        """Start kube-apiserver again after stop_apiserver, on the same port; with `wait`,
+        return once it is ready (else call wait_apiserver)."""
+        if any(p.name == APISERVER for p in self.processes):
+            raise StartError("kube-apiserver is running: stop_apiserver first")
+        if extra_args is not None:
+            self.options.apiserver_args = tuple(extra_args)
+        self._spawn_apiserver()
+        # Keep the start order (etcd, kube-apiserver, clients): stop() goes in reverse.
+        self.processes.sort(key=lambda p: {"etcd": 0, APISERVER: 1}.get(p.name, 2))
+        if wait:
+            self.wait_apiserver()
+
+    def wait_apiserver(self) -> None:
+        """Until kube-apiserver answers /readyz (StartError if it exits or times out)."""
+        t0 = time.monotonic()
+        process = next(p for p in self.processes if p.name == APISERVER)
+        wait_ready(
+            process,
+            lambda: http_ok(
+                f"{self.server}/readyz", ca_file=self.ca_file, token=self.token(pki.ADMIN.user)
+            ),
+            timeout=self.options.start_timeout,
+            hint="The flags may not suit this kube-apiserver version; see the log.",
+        )
+        self._timed(APISERVER, t0)
 
     def __enter__(self) -> Self:
         return self.start()
@@ -234,12 +290,15 @@ class LocalCluster:
         self._timed("etcd", t0)
 
     def _start_apiserver(self) -> None:
+        self._spawn_apiserver()
+        self.wait_apiserver()
+
+    def _spawn_apiserver(self) -> None:
         assert self.binaries is not None
         assert self._pki is not None
-        t0 = time.monotonic()
         p = self._pki
-        process = self._spawn(
-            "kube-apiserver",
+        self._spawn(
+            APISERVER,
             [
                 str(self.binaries.kube_apiserver),
                 f"--etcd-servers=http://127.0.0.1:{self.ports.etcd}",
@@ -265,17 +324,9 @@ class LocalCluster:
                 # the apiserver's own address would only log errors.
                 "--endpoint-reconciler-type=none",
                 "--profiling=false",
+                *self.options.apiserver_args,
             ],
         )
-        wait_ready(
-            process,
-            lambda: http_ok(
-                f"{self.server}/readyz", ca_file=self.ca_file, token=self.token(pki.ADMIN.user)
-            ),
-            timeout=self.options.start_timeout,
-            hint="The flags may not suit this kube-apiserver version; see the log.",
-        )
-        self._timed("kube-apiserver", t0)
 
     def _start_kwok(self) -> None:
         assert self.binaries is not None

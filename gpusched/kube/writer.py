@@ -119,6 +119,15 @@ def _failure(what: str, pod: PodInfo, exc: Exception) -> Status:
         else:
             reason = f"{what} {pod.key}: HTTP {code} {exc.reason}: {exc.message}; {_UNKNOWN}"
         return Status(Code.ERROR, (reason,), "", WriteError(code, reason))
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        # No connection was made (refused, unreachable, a failed TLS handshake), so no
+        # request was sent: a definite failure, retried at once. Read as unknown, every
+        # Binding tried while the API server restarts would hold its cards for the whole
+        # request timeout before being retried.
+        reason = f"{what} {pod.key}: {type(exc).__name__}: {exc}; not sent, will retry"
+        failed = WriteError(0, reason)
+        failed.uncertain = False
+        return Status(Code.ERROR, (reason,), "", failed)
     reason = f"{what} {pod.key}: {type(exc).__name__}: {exc}; {_UNKNOWN}"
     return Status(Code.ERROR, (reason,), "", WriteError(0, reason))
 

@@ -6,16 +6,22 @@ from __future__ import annotations
 import asyncio
 import io
 import secrets
-from collections.abc import AsyncIterator, Sequence
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
+
+import pytest
+import yaml
 
 from gpusched.config import API_VERSION, KIND, load_config
 from gpusched.daemon import Daemon, DaemonOptions
 from gpusched.devcluster import NodeSpec, node_object
 from gpusched.devcluster.demo import wait_settled
-from gpusched.kube import JSON, ApiError, Kube, create_nodes, pod_path
+from gpusched.devcluster.testkit import pod_manifest, wait_until_allowed
+from gpusched.kube import JSON, ApiError, Kube, create_nodes, create_or_replace, pod_path
+from gpusched.model import keys
 from gpusched.observability.logging import make_logger
 from gpusched.plugins import default_registry
 
@@ -104,21 +110,29 @@ async def running_daemon(
     *,
     identity: str = "",
     lead: bool = True,
+    watch_kubeconfig: Path | None = None,
+    clock: Callable[[], float] = time.monotonic,
 ) -> AsyncIterator[Daemon]:
     """The daemon in-process; yields once it has synced and, with `lead`, holds the Lease
-    (`settings` default: daemon_settings(), a private Lease)."""
+    (`settings` default: daemon_settings(), a private Lease). `watch_kubeconfig`: the node
+    and pod watches connect with it (e.g. through a fault-injecting proxy), everything else
+    with `kubeconfig`. `clock`: the daemon's monotonic clock."""
     registry = default_registry()
     config = load_config(
         {"apiVersion": API_VERSION, "kind": KIND, **(settings or daemon_settings())}, registry
     )
     kube = await Kube.connect(kubeconfig)
+    watch_kube = await Kube.connect(watch_kubeconfig) if watch_kubeconfig else None
     daemon = Daemon(
         kube,
         config,
         registry,
         make_logger(stream),
         options=DaemonOptions(bind_grace_seconds=10, identity=identity),
+        clock=clock,
     )
+    if watch_kube is not None:
+        daemon.node_watch.kube = daemon.pod_watch.kube = watch_kube
     task = asyncio.create_task(daemon.run())
     try:
         await _until(daemon.ready, task, stream, "synced", 60)
@@ -139,6 +153,8 @@ async def running_daemon(
                 if exc.status != 404:
                     raise
         await kube.close()
+        if watch_kube is not None:
+            await watch_kube.close()
 
 
 async def _until(
@@ -191,3 +207,199 @@ async def until_bound(kube: Kube, namespace: str, names: list[str], count: int) 
         until=lambda pods: sum(bool(p["spec"].get("nodeName")) for p in pods.values()) >= count,
         timeout=60,
     )
+
+
+# -- the shipped admission policies and other identities (test_admission, test_faults_api) --
+
+ROOT = Path(__file__).parents[2]
+POLICIES = ROOT / "manifests/admission/gpusched-assignment.yaml"
+RBAC = ROOT / "manifests/rbac/gpusched.yaml"
+IMMUTABLE = "gpusched-assignment-immutable"
+BINDING_POLICY = "gpusched-binding-assignment"
+SCOPE_LABEL = "gpusched.io/admission-test"
+RBAC_API = "/apis/rbac.authorization.k8s.io/v1"
+ADMISSION_API = "/apis/admissionregistration.k8s.io/v1"
+COLLECTIONS = {
+    "ServiceAccount": "/api/v1/namespaces/{namespace}/serviceaccounts",
+    "ClusterRole": f"{RBAC_API}/clusterroles",
+    "ClusterRoleBinding": f"{RBAC_API}/clusterrolebindings",
+    "Role": f"{RBAC_API}/namespaces/{{namespace}}/roles",
+    "RoleBinding": f"{RBAC_API}/namespaces/{{namespace}}/rolebindings",
+    "ValidatingAdmissionPolicy": f"{ADMISSION_API}/validatingadmissionpolicies",
+    "ValidatingAdmissionPolicyBinding": f"{ADMISSION_API}/validatingadmissionpolicybindings",
+}
+# The probes of wait_enforced: nothing serves this schedulerName, no node has this name.
+_PROBE_SCHEDULER = "admission-probe-no-scheduler"
+_PROBE_NODE = "admission-probe-node"
+
+
+def collection(doc: Mapping[str, object], namespace: str = "") -> str:
+    meta = doc["metadata"]
+    assert isinstance(meta, dict)
+    return COLLECTIONS[str(doc["kind"])].format(namespace=meta.get("namespace", namespace))
+
+
+async def apply_docs(kube: Kube, docs: list[JSON], namespace: str = "") -> None:
+    for doc in docs:
+        await create_or_replace(kube, collection(doc, namespace), doc)
+
+
+def scoped_policies(namespace: str) -> list[JSON]:
+    """The shipped documents, each binding limited to namespaces labelled for this test."""
+    docs: list[JSON] = list(yaml.safe_load_all(POLICIES.read_text()))
+    for doc in docs:
+        if doc["kind"] == "ValidatingAdmissionPolicyBinding":
+            assert "matchResources" not in doc["spec"], "the shipped binding changed: adapt"
+            doc["spec"]["matchResources"] = {
+                "namespaceSelector": {"matchLabels": {SCOPE_LABEL: namespace}}
+            }
+    assert {d["metadata"]["name"] for d in docs} == {IMMUTABLE, BINDING_POLICY}
+    return docs
+
+
+def binding_object(name: str, node: str, annotations: Mapping[str, str], uid: str = "") -> JSON:
+    """A Binding of pod `name` to `node` carrying `annotations` (uid: a precondition)."""
+    metadata: JSON = {"name": name, "annotations": dict(annotations)}
+    if uid:
+        metadata["uid"] = uid
+    return {
+        "apiVersion": "v1",
+        "kind": "Binding",
+        "metadata": metadata,
+        "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+    }
+
+
+def annotate(annotations: Mapping[str, str | None]) -> JSON:
+    """A merge patch setting (None: removing) pod annotations."""
+    return {"metadata": {"annotations": dict(annotations)}}
+
+
+async def denied(call: Awaitable[object], policy: str) -> ApiError:
+    """The call fails with 403 Forbidden from `policy` (not from RBAC, which also says 403)."""
+    with pytest.raises(ApiError) as caught:
+        await call
+    error = caught.value
+    assert (error.status, error.reason) == (403, "Forbidden"), error
+    assert f"ValidatingAdmissionPolicy '{policy}'" in error.message, error
+    return error
+
+
+async def _is_denied_by(policy: str, call: Awaitable[object]) -> bool:
+    try:
+        await call
+    except ApiError as exc:
+        if exc.status == 403 and f"ValidatingAdmissionPolicy '{policy}'" in exc.message:
+            return True
+        if exc.status != 404:
+            raise
+    return False
+
+
+async def wait_enforced(kube: Kube, namespace: str, timeout: float = 15.0) -> None:  # noqa: ASYNC109
+    """Wait until both policies deny in `namespace`.
+
+    The API server compiles a new policy and binding from its informers a moment after the
+    POST returns, and nothing reports that; so this asks with requests that have no effect
+    either way: a dry-run pod carrying a forged assignment (created only in dry run before
+    the policy holds), and a Binding with one for a pod that does not exist (404 before).
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    pause = 0.02
+    forged = pod_manifest("probe", scheduler_name=_PROBE_SCHEDULER, annotations={keys.GPU_IDS: "0"})
+    assignment = {keys.GPU_IDS: "3", keys.GPU_MILLI_ASSIGNED: "250"}
+    waiting = {IMMUTABLE, BINDING_POLICY}
+    while True:
+        if IMMUTABLE in waiting and await _is_denied_by(
+            IMMUTABLE, kube.post(pod_path(namespace), forged, query=[("dryRun", "All")])
+        ):
+            waiting.discard(IMMUTABLE)
+        if BINDING_POLICY in waiting and await _is_denied_by(
+            BINDING_POLICY,
+            kube.post(
+                f"{pod_path(namespace, 'absent')}/binding",
+                binding_object("absent", _PROBE_NODE, assignment),
+            ),
+        ):
+            waiting.discard(BINDING_POLICY)
+        if not waiting:
+            return
+        if loop.time() >= deadline:
+            raise TimeoutError(f"{sorted(waiting)} not enforced in {namespace} after {timeout}s")
+        await asyncio.sleep(pause)
+        pause = min(pause * 2, 0.5)
+
+
+@asynccontextmanager
+async def enforced(kube: Kube, namespace: str) -> AsyncIterator[None]:
+    """The shipped policies, bound to `namespace` only, active inside the block."""
+    await kube.merge_patch(
+        f"/api/v1/namespaces/{namespace}", {"metadata": {"labels": {SCOPE_LABEL: namespace}}}
+    )
+    docs = scoped_policies(namespace)
+    try:
+        await apply_docs(kube, docs)
+        await wait_enforced(kube, namespace)
+        yield
+    finally:
+        for doc in reversed(docs):  # bindings before their policies
+            try:
+                await kube.delete(f"{collection(doc)}/{doc['metadata']['name']}")
+            except ApiError as exc:
+                if exc.status != 404:
+                    raise
+
+
+@asynccontextmanager
+async def impersonating(kubeconfig: Path, user: str) -> AsyncIterator[Kube]:
+    """A client of the admin kubeconfig acting as `user` (Impersonate-User)."""
+    async with await Kube.connect(kubeconfig) as client:
+        client.api_client.set_default_header("Impersonate-User", user)
+        yield client
+
+
+async def grant_pod_rights(kube: Kube, namespace: str, subject: JSON, user: str) -> None:
+    """Everything a pod owner (and a scheduler) could do with pods in `namespace`, so only
+    the admission policies stand between `subject` and the assignment."""
+    role = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": {"name": "pod-rights"},
+        "rules": [
+            {
+                "apiGroups": [""],
+                "resources": ["pods", "pods/status", "pods/ephemeralcontainers", "pods/resize"],
+                "verbs": ["get", "create", "update", "patch"],
+            },
+            {"apiGroups": [""], "resources": ["pods/binding", "bindings"], "verbs": ["create"]},
+        ],
+    }
+    binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": {"name": f"pod-rights-{subject['name']}"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "pod-rights"},
+        "subjects": [subject],
+    }
+    await apply_docs(kube, [role, binding], namespace)
+    for resource, subresource, verb in (
+        ("pods", "", "patch"),
+        ("pods", "status", "patch"),
+        ("pods", "resize", "patch"),
+        ("pods", "ephemeralcontainers", "patch"),
+        ("pods", "binding", "create"),
+        ("bindings", "", "create"),
+    ):
+        await wait_until_allowed(
+            kube, user, verb, resource, subresource=subresource, namespace=namespace
+        )
+
+
+async def sa_token(kube: Kube, namespace: str, account: str) -> str:
+    """A token of the ServiceAccount (TokenRequest API)."""
+    request = await kube.post(
+        f"/api/v1/namespaces/{namespace}/serviceaccounts/{account}/token",
+        {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}},
+    )
+    return str(request["status"]["token"])

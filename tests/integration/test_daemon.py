@@ -35,6 +35,7 @@ from tests.integration.daemon_support import (
     running_daemon,
     until_bound,
 )
+from tests.integration.fault_support import invariant_violations, pod_watch
 
 pytestmark = pytest.mark.integration
 
@@ -183,6 +184,7 @@ async def test_pod_deleted_while_being_bound_leaks_nothing(
     stream = io.StringIO()
     where = placement(pool)
     async with (
+        pod_watch(kube, namespace) as watch,
         node_pool(kube, [pool_node(spec, pool)]),
         running_daemon(cluster.kubeconfig, stream) as daemon,
     ):
@@ -211,6 +213,9 @@ async def test_pod_deleted_while_being_bound_leaks_nothing(
         assert uid not in daemon.cache.pods
         assert daemon.queue.where(uid) == ""
         assert daemon.cache.stats.over_allocated == 0
+        # Issue 10's fault matrix (item 3): every invariant holds, recomputed from the API.
+        violations = await invariant_violations(kube, namespace, [spec.name], watch, ["next"])
+        assert violations == [], violations
     records = [r for r in _decisions(stream) if r["uid"] == uid]
     assert records and records[-1]["result"] == "dropped"
     assert "no longer exists" in records[-1]["message"]

@@ -639,3 +639,17 @@ async def test_the_fence_is_asked_again_right_before_bind() -> None:
     assert await rig.s1.bind(info, d) is Outcome.BIND_FAILED
     assert asked == ["fence", "fence"] and "PreBind" in rig.probe.calls
     assert rig.cluster.binds == []
+
+
+async def test_a_node_deleted_before_bind_is_not_bound_to() -> None:
+    # The API server accepts a Binding to a node that no longer exists; the pod would be
+    # bound to nothing. The cycle undoes the placement and backs the pod off instead.
+    rig = Rig()
+    info = rig.pod()
+    d = rig.s1.attempt(info)
+    assert d is not None
+    rig.cache.remove_node(d.node)
+    assert await rig.s1.bind(info, d) is Outcome.BIND_FAILED
+    assert rig.cluster.binds == [] and rig.cache.get("uid-p") is None
+    assert rig.queue.where("uid-p") == "backoff"
+    assert f"node {d.node} no longer exists" in rig.observed.ended[-1][2]

@@ -4,8 +4,11 @@ reports apart)."""
 from __future__ import annotations
 
 import asyncio
+import ssl
 
+import aiohttp
 import pytest
+from aiohttp.client_reqrep import ConnectionKey
 
 from gpusched.framework.status import ends_attempt as final
 from gpusched.framework.status import outcome_unknown
@@ -40,6 +43,23 @@ def test_write_failures_map_to_statuses() -> None:
     ]
     throttled = _failure("bind", _pod(), ApiError("POST", "/x", 429, "{}"))
     assert not outcome_unknown(throttled) and "will retry" in throttled.message()
+
+
+def test_a_bind_that_could_not_connect_was_not_sent() -> None:
+    # The API server restarting refuses connections: nothing was sent, so the placement is
+    # undone and retried at once instead of held for the request timeout.
+    key = ConnectionKey("127.0.0.1", 6443, True, True, None, None, None)
+    refused = ConnectionRefusedError(111, "Connect call failed")
+    for exc in (
+        aiohttp.ClientConnectorError(key, refused),
+        aiohttp.ClientConnectorSSLError(key, ssl.SSLError("handshake")),
+    ):
+        status = _failure("bind", _pod(), exc)
+        assert not outcome_unknown(status) and not final(status), exc
+        assert "not sent, will retry" in status.message()
+    # A connection that broke after the request went out may have landed.
+    for exc in (aiohttp.ServerDisconnectedError(), aiohttp.ClientOSError(104, "reset")):
+        assert outcome_unknown(_failure("bind", _pod(), exc)), exc
 
 
 async def test_token_bucket_spends_the_burst_then_waits() -> None:
