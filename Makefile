@@ -8,7 +8,7 @@ GPUSCHED_CACHE ?= $(HOME)/.cache/gpusched
 export GPUSCHED_CACHE
 STAMP := $(VENV)/.installed
 
-.PHONY: all venv bins demo demo-cluster test test-unit test-integration lint bench bench-churn packing-bound cluster-up cluster-down clean
+.PHONY: all venv bins demo demo-cluster test test-unit test-integration soak-faults lint bench bench-churn packing-bound cluster-up cluster-down clean
 
 all: test
 
@@ -60,6 +60,17 @@ test-unit: venv
 
 test-integration: venv bins
 	$(PY) -m pytest tests/integration
+
+# The fault suite's kill -9 and Lease-edit scenarios (tests/integration/test_faults_kill.py,
+# test_faults_leader.py) with SOAK_BURSTS bursts of SOAK_PODS pods each instead of CI's
+# 2 x 24 and 1 x 48; a summary line per scenario at the end. Not part of `make test`.
+SOAK_BURSTS ?= 6
+SOAK_PODS ?= 60
+soak-faults: venv bins
+	GPUSCHED_SOAK=1 GPUSCHED_SOAK_BURSTS=$(SOAK_BURSTS) GPUSCHED_SOAK_PODS=$(SOAK_PODS) \
+		$(PY) -m pytest tests/integration/test_faults_kill.py \
+		tests/integration/test_faults_leader.py -p tests.integration.soak_summary \
+		-o timeout=3600 -q
 
 lint: venv
 	$(VENV)/bin/ruff check gpusched tests bench

@@ -45,6 +45,7 @@ from gpusched.daemon.reporting import Reporter
 from gpusched.daemon.tasks import Tasks
 from gpusched.daemon.warmup import warm_kernels
 from gpusched.framework.registry import Registry
+from gpusched.kube import faults
 from gpusched.kube.client import JSON, ApiError, Kube
 from gpusched.kube.lease import KubeLeases, LeaderElector, default_identity
 from gpusched.kube.ops import pod_path
@@ -485,6 +486,7 @@ class Daemon:
         """The loop's body: the scheduling cycle, then a task for the binding cycle."""
         decision = self.schedule_one.attempt(info)
         if decision is not None and decision.result in (Result.SCHEDULED, Result.WAITING):
+            faults.reached(faults.AFTER_ASSUME)
             self.tasks.bind(self.schedule_one.bind(info, decision), f"bind {info.pod.key}")
 
     # -- timers -----------------------------------------------------------------------------

@@ -22,6 +22,7 @@ from gpusched.config import (
 from gpusched.core.runtime.validate import validate_profiles
 from gpusched.daemon.daemon import Daemon, DaemonOptions, Logger
 from gpusched.framework.registry import Registry
+from gpusched.kube import faults
 from gpusched.kube.client import ApiError, Kube
 from gpusched.observability.logging import make_logger
 from gpusched.observability.metrics import Metrics, serve
@@ -52,7 +53,19 @@ def effective_config(args: RunArgs, registry: Registry) -> SchedulerConfig:
 
 def run_main(args: RunArgs) -> int:
     """Exit codes: 0 after a clean stop, 2 for a bad configuration, 1 if we cannot start
-    or when leadership is lost (a restart re-syncs from the API)."""
+    or when leadership is lost (a restart re-syncs from the API). A malformed
+    GPUSCHED_FAULT (kube/faults.py, tests only) is exit 2 too."""
+    try:
+        fault = faults.arm_from_env()
+    except faults.FaultSpecError as exc:
+        print(f"gpusched run: {exc}", file=sys.stderr)
+        return 2
+    if fault is not None:
+        print(
+            f"gpusched run: {faults.ENV} armed: kill -9 at {fault.point} #{fault.n}"
+            " (fault injection for tests; never set it in production)",
+            file=sys.stderr,
+        )
     registry = default_registry()
     try:
         config = effective_config(args, registry)

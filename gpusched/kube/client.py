@@ -29,6 +29,8 @@ from aiohappyeyeballs import AddrInfoType, SocketFactoryType
 from kubernetes_asyncio import client as k8s_client
 from kubernetes_asyncio import config as k8s_config
 
+from gpusched.kube import faults
+
 JSON = dict[str, Any]
 Query = Sequence[tuple[str, str | int]]
 WatchType = Literal["ADDED", "MODIFIED", "DELETED", "BOOKMARK", "ERROR"]
@@ -116,8 +118,9 @@ def _ssl_context(configuration: Any) -> ssl.SSLContext:
 def _use_keepalive(api_client: Any, idle_seconds: float) -> None:
     """Swap kubernetes_asyncio's HTTP session (built in ApiClient's constructor, no
     keepalive, no hook to add it) for one whose connector opens keepalive sockets, with the
-    same TLS, pool size and read buffer. The old session has opened nothing yet: detaching
-    it closes it without an unclosed-session warning."""
+    same TLS, pool size and read buffer, and the hooks an armed fault needs (kube/faults.py;
+    none normally). The old session has opened nothing yet: detaching it closes it without
+    an unclosed-session warning."""
     rest = api_client.rest_client
     configuration = api_client.configuration
     old: aiohttp.ClientSession = rest.pool_manager
@@ -128,7 +131,10 @@ def _use_keepalive(api_client: Any, idle_seconds: float) -> None:
     )
     # read_bufsize as kubernetes_asyncio: a watch event can carry a 1.5 MiB object.
     rest.pool_manager = aiohttp.ClientSession(
-        connector=connector, trust_env=True, read_bufsize=2**21
+        connector=connector,
+        trust_env=True,
+        read_bufsize=2**21,
+        trace_configs=faults.trace_configs() or None,
     )
     old.detach()
 

@@ -44,6 +44,8 @@ Logger = structlog.typing.FilteringBoundLogger
 # client-go's JitterFactor for the acquire loop: a standby waits retryPeriod * (1 + U[0,1.2)).
 JITTER_FACTOR = 1.2
 _NET_ERRORS = (aiohttp.ClientError, TimeoutError, OSError)
+# took_over_from when the Lease named us before we ever wrote it and no other holder was seen.
+UNKNOWN_HOLDER = "(unknown: the Lease named this instance before it wrote it)"
 
 
 def default_identity() -> str:
@@ -173,6 +175,10 @@ class LeaderElector:
         # The holder whose unexpired-by-release Lease we took over ("" if it was free or
         # released): its last writes may still be in flight when we start.
         self.took_over_from = ""
+        # The record as last seen was written by us (naming us is not enough: someone else
+        # can write our identity into it), and the last holder other than us we saw.
+        self._held = False
+        self._last_other = ""
         self.acquired_at = -float("inf")
 
     # -- state ------------------------------------------------------------------------------
@@ -220,6 +226,10 @@ class LeaderElector:
             self._observed = spec
             self._observed_at = now
         holder = self.holder
+        if holder != self.identity:
+            self._held = False
+            if holder:
+                self._last_other = holder
         if holder not in (self._reported_holder, self.identity):
             self._reported_holder = holder
             # A standby's log says who schedules (OnNewLeader in client-go).
@@ -242,7 +252,7 @@ class LeaderElector:
         now = self.clock()
         desired = self._spec(self._wall())
         # Fast path: the leader updates the Lease it last wrote, saving a GET per renewal.
-        if self.is_leader and self._valid(now) and self._lease is not None:
+        if self._held and self.is_leader and self._valid(now) and self._lease is not None:
             spec = {
                 **desired,
                 "acquireTime": self._observed.get("acquireTime") or desired["acquireTime"],
@@ -262,6 +272,7 @@ class LeaderElector:
                 if exc.status == 409:  # another candidate created it first
                     return False
                 raise
+            self._held = True
             return True
         self._observe(lease, now)
         holder = self.holder
@@ -280,8 +291,14 @@ class LeaderElector:
                 return False
             raise
         # An expired Lease still naming a holder: that holder did not release it, so it
-        # may have died or hung mid-write (a released Lease has no holder).
-        self.took_over_from = holder if holder != self.identity else ""
+        # may have died or hung mid-write (a released Lease has no holder). A Lease naming
+        # us that we did not write was edited by someone else (kubectl, a script) while
+        # its holder may still be leading: a takeover from that holder just the same.
+        if holder != self.identity:
+            self.took_over_from = holder
+        elif not self._held:
+            self.took_over_from = self._last_other or UNKNOWN_HOLDER
+        self._held = True
         return True
 
     # -- the loop ---------------------------------------------------------------------------

@@ -31,6 +31,7 @@ from datetime import UTC, datetime
 import aiohttp
 
 from gpusched.framework.status import ClusterWriteError, Code, Status
+from gpusched.kube import faults
 from gpusched.kube.client import JSON, ApiError, Kube
 from gpusched.kube.ops import bind_pod, pod_path
 from gpusched.model.pod import PodInfo
@@ -211,6 +212,7 @@ class ClusterWriter:
             )
         except (ApiError, *_NET_ERRORS) as exc:
             return _failure("bind", pod, exc)
+        faults.reached(faults.BIND_RETURNED)
         return Status()
 
     # -- status and events ------------------------------------------------------------------

@@ -17,6 +17,7 @@ from gpusched.daemon import Daemon, DaemonOptions
 from gpusched.daemon.daemon import MAX_WARNED
 from gpusched.devcluster.nodes import NodeSpec, node_object
 from gpusched.framework.status import Code, Status
+from gpusched.kube import faults
 from gpusched.kube.client import ApiError
 from gpusched.model.node import node_from_k8s
 from gpusched.observability.logging import make_logger
@@ -165,6 +166,33 @@ async def test_a_scheduling_attempt_that_raises_after_assume_does_not_strand_the
     writer.release.set()
     await asyncio.gather(*d.bindings)
     assert d.bound == 1
+
+
+async def test_after_assume_is_reached_with_the_pod_assumed_and_no_binding_started(
+    daemon: tuple[Daemon, FakeWriter], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """GPUSCHED_FAULT=after-assume: the kill comes after the scheduling cycle assumed the
+    pod, before its binding task exists (nothing of it has reached the API server)."""
+    d, writer = daemon
+    d.schedule_one.fence = None  # the loop body driven by hand, with no Lease to hold
+    seen: list[tuple[bool, int]] = []
+
+    def kill(point: str) -> None:
+        entry = d.cache.get("uid-p")
+        seen.append((entry is not None and entry.assumed, len(d.bindings)))
+
+    monkeypatch.setattr(faults, "_kill", kill)
+    faults.arm(faults.Fault(faults.AFTER_ASSUME, 1))
+    try:
+        d.pod_watch._line(watch_line("ADDED", raw_pod("p", "1")))
+        info = d.queue.pop_nowait()
+        assert info is not None
+        d._attempt(info)
+    finally:
+        faults.arm(None)
+    assert seen == [(True, 0)]
+    writer.release.set()
+    await asyncio.gather(*d.bindings)
 
 
 async def test_a_watch_that_dies_stops_the_daemon_with_failure(

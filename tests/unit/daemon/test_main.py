@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from gpusched.cli import build_parser
-from gpusched.daemon.main import RunArgs, effective_config
+from gpusched.daemon.main import RunArgs, effective_config, run_main
+from gpusched.kube import faults
 from gpusched.plugins import default_registry
 
 
@@ -33,3 +34,13 @@ def test_the_leader_elect_flag_overrides_the_file(
     run = RunArgs(config=args.config, leader_elect=args.leader_elect)
     got = effective_config(run, default_registry())
     assert got.leader_election.leader_elect is expected
+
+
+def test_a_malformed_fault_variable_stops_start_up_naming_it(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("GPUSCHED_FAULT", "bind-sent:soon")
+    assert run_main(RunArgs(kubeconfig="/nonexistent")) == 2
+    err = capsys.readouterr().err
+    assert "GPUSCHED_FAULT='bind-sent:soon'" in err and "<point>:<n>" in err
+    assert faults.armed() is None

@@ -102,6 +102,34 @@ async def test_takes_a_released_lease_at_once(api: FakeLeases, clock: FakeClock)
     assert le.took_over_from == ""  # released: nothing of the old holder's can be in flight
 
 
+async def test_a_lease_edited_to_name_a_standby_is_a_takeover_it_must_wait_out(
+    api: FakeLeases, clock: FakeClock
+) -> None:
+    """Someone (kubectl, a script) writes the standby's identity into the Lease while the
+    leader still runs: the standby takes it, but that was no release, so the old leader's
+    last Bindings may still be in flight and the daemon must wait before binding (it did
+    not: the record named us, so it counted as ours and the wait was skipped)."""
+    api.put(other_holder(clock, transitions=3))
+    le = elector(api, clock)
+    assert not await le.try_acquire_or_renew()  # a standby: other_1 leads
+    api.put({**api.spec, "holderIdentity": "me_1"})  # the edit
+    clock.t += 2
+    assert await le.try_acquire_or_renew()
+    assert api.spec["holderIdentity"] == "me_1"
+    assert le.took_over_from == "other_1"
+
+
+async def test_a_lease_naming_us_at_first_sight_is_a_takeover_from_an_unknown_holder(
+    api: FakeLeases, clock: FakeClock
+) -> None:
+    """Our identity has a random suffix, so only someone else can have written it there
+    before we ever wrote the Lease: whoever held it before is unknown and may be writing."""
+    api.put(other_holder(clock, holder="me_1"))
+    le = elector(api, clock)
+    assert await le.try_acquire_or_renew()
+    assert le.took_over_from != ""
+
+
 async def test_the_fence_holds_only_while_the_last_renewal_is_fresh(
     api: FakeLeases, clock: FakeClock
 ) -> None:

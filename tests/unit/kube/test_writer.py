@@ -12,6 +12,7 @@ from aiohttp.client_reqrep import ConnectionKey
 
 from gpusched.framework.status import ends_attempt as final
 from gpusched.framework.status import outcome_unknown
+from gpusched.kube import faults
 from gpusched.kube.client import ApiError
 from gpusched.kube.writer import ClusterWriter, ObjectRef, TokenBucket, WriteError, _failure
 from gpusched.model.pod import PodInfo, PodRequest
@@ -85,6 +86,31 @@ async def test_the_card_assignment_travels_in_the_binding() -> None:
     assert body["metadata"] == {"name": "p", "namespace": "ns", "uid": "u", "annotations": ann}
     assert body["target"] == {"apiVersion": "v1", "kind": "Node", "name": "n1"}
     assert not hasattr(writer, "annotate")
+
+
+class _Refuses(_Posts):
+    async def post(self, path: str, body: dict[str, object]) -> dict[str, object]:
+        raise ApiError("POST", path, 409, "{}")
+
+
+async def test_bind_returned_is_reached_after_an_accepted_binding_only(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """GPUSCHED_FAULT=bind-returned: the kill comes once the Binding was answered 2xx,
+    before bind() returns anything to record; a refused Binding does not count."""
+    kube = _Posts()
+    seen: list[int] = []
+    monkeypatch.setattr(faults, "_kill", lambda point: seen.append(len(kube.posted)))
+    faults.arm(faults.Fault(faults.BIND_RETURNED, 2))
+    try:
+        assert not (await ClusterWriter(_Refuses()).bind(_pod(), "n1")).is_success()  # type: ignore[arg-type]
+        writer = ClusterWriter(kube)  # type: ignore[arg-type]
+        assert (await writer.bind(_pod(), "n1")).is_success()
+        assert seen == []
+        assert (await writer.bind(_pod(), "n1")).is_success()
+        assert seen == [2]  # after the second POST's answer
+    finally:
+        faults.arm(None)
 
 
 GUARD = 10.0  # against a hang; nothing below waits on time
