@@ -61,15 +61,18 @@ test-unit: venv
 test-integration: venv bins
 	$(PY) -m pytest tests/integration
 
-# The fault suite's kill -9 and Lease-edit scenarios (tests/integration/test_faults_kill.py,
-# test_faults_leader.py) with SOAK_BURSTS bursts of SOAK_PODS pods each instead of CI's
-# 2 x 24 and 1 x 48; a summary line per scenario at the end. Not part of `make test`.
+# The fault suite, longer (README "Safety"): the kill -9 and Lease-edit scenarios
+# (test_faults_kill.py, test_faults_leader.py) with SOAK_BURSTS bursts of SOAK_PODS pods
+# each instead of CI's 2 x 24 and 1 x 48, and the API faults (test_faults_api.py) with
+# 300-pod bursts and a real 46 s watch silence; a summary line per scenario at the end.
+# Not part of `make test`.
 SOAK_BURSTS ?= 6
 SOAK_PODS ?= 60
 soak-faults: venv bins
 	GPUSCHED_SOAK=1 GPUSCHED_SOAK_BURSTS=$(SOAK_BURSTS) GPUSCHED_SOAK_PODS=$(SOAK_PODS) \
 		$(PY) -m pytest tests/integration/test_faults_kill.py \
-		tests/integration/test_faults_leader.py -p tests.integration.soak_summary \
+		tests/integration/test_faults_leader.py tests/integration/test_faults_api.py \
+		-p tests.integration.soak_summary \
 		-o timeout=3600 -q
 
 lint: venv
