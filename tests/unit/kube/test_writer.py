@@ -88,8 +88,8 @@ async def test_the_card_assignment_travels_in_the_binding() -> None:
     assert not hasattr(writer, "annotate")
 
 
-class _Refuses(_Posts):
-    async def post(self, path: str, body: dict[str, object]) -> dict[str, object]:
+class _Refuses(FakeKube):
+    async def post(self, path: str, body: object, **kw: object) -> dict[str, object]:
         raise ApiError("POST", path, 409, "{}")
 
 
@@ -98,12 +98,12 @@ async def test_bind_returned_is_reached_after_an_accepted_binding_only(
 ) -> None:
     """GPUSCHED_FAULT=bind-returned: the kill comes once the Binding was answered 2xx,
     before bind() returns anything to record; a refused Binding does not count."""
-    kube = _Posts()
+    kube = FakeKube(list)
     seen: list[int] = []
-    monkeypatch.setattr(faults, "_kill", lambda point: seen.append(len(kube.posted)))
+    monkeypatch.setattr(faults, "_kill", lambda point: seen.append(len(kube.requests)))
     faults.arm(faults.Fault(faults.BIND_RETURNED, 2))
     try:
-        assert not (await ClusterWriter(_Refuses()).bind(_pod(), "n1")).is_success()  # type: ignore[arg-type]
+        assert not (await ClusterWriter(_Refuses(list)).bind(_pod(), "n1")).is_success()  # type: ignore[arg-type]
         writer = ClusterWriter(kube)  # type: ignore[arg-type]
         assert (await writer.bind(_pod(), "n1")).is_success()
         assert seen == []
