@@ -1,5 +1,6 @@
 """The fault tests' tools: a TCP proxy that cuts or stalls the daemon's connections, a
-pod watch feeding the invariant checker's BindingLog for a whole test, a clock to move.
+pod watch feeding the invariant checker's BindingLog for a whole test, the invariant check
+over a namespace and its pool, a clock to move, the soak sizes (`make soak-faults`).
 
 A TCP proxy between the daemon and kube-apiserver:
 
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import time
 from collections.abc import AsyncIterator, Callable, Collection, Sequence
 from contextlib import aclosing, asynccontextmanager
@@ -33,6 +35,17 @@ from gpusched.devcluster.invariants import BindingLog, check
 from gpusched.kube import JSON, ApiError, Kube, pod_path
 
 CHUNK = 1 << 16
+# `make soak-faults`: the fault scenarios run longer (GPUSCHED_SOAK=1).
+SOAK = os.environ.get("GPUSCHED_SOAK", "") not in ("", "0")
+
+
+def soak_sizes(bursts: int, pods: int) -> tuple[int, int]:
+    """(bursts, pods a burst): these, or under SOAK GPUSCHED_SOAK_BURSTS and
+    GPUSCHED_SOAK_PODS (6 x 60 unless set)."""
+    if not SOAK:
+        return bursts, pods
+    env = os.environ
+    return int(env.get("GPUSCHED_SOAK_BURSTS", "6")), int(env.get("GPUSCHED_SOAK_PODS", "60"))
 
 
 @dataclass(eq=False)
@@ -163,9 +176,10 @@ def kubeconfig_via(cluster: LocalCluster, proxy: TcpProxy, path: Path) -> Path:
 
 
 class PodWatch:
-    """Every version of the namespace's pods, from a watch running for the whole test: a
-    BindingLog (a pod bound twice, or whose node or cards changed, is a violation) and the
-    latest version by name, with waits on them."""
+    """Every version of the namespace's pods, from a list and a watch running for the whole
+    test: each is shown to `log` (the invariant checker's BindingLog: a pod bound twice, or
+    whose node or cards changed, is a violation); `pods` holds the latest by name; `until`
+    and `until_bound` wait on them."""
 
     def __init__(self, kube: Kube, namespace: str) -> None:
         self.kube = kube
@@ -175,9 +189,10 @@ class PodWatch:
         self._changed = asyncio.Condition()
 
     async def run(self, started: asyncio.Event) -> None:
-        """List, then watch from the last version seen; across an API server restart the
-        watch resumes from there (a re-list only after 410), so no version is skipped
-        unless the server no longer has it."""
+        """List, then watch from the last version seen; across an API server restart or a
+        dropped stream the watch resumes from there (a re-list only after 410 Gone), so no
+        version is skipped unless the server no longer has it. An error that is not the
+        API server restarting ends the task; `pod_watch` raises it."""
         version = ""
         while True:
             try:
@@ -241,6 +256,8 @@ class PodWatch:
         what: str,
         timeout: float = 120.0,  # noqa: ASYNC109 - the failure names what was awaited
     ) -> dict[str, JSON]:
+        """Until `predicate(pods)` holds; returns `pods`."""
+
         async def wait() -> None:
             async with self._changed:
                 await self._changed.wait_for(lambda: predicate(self.pods))
@@ -248,28 +265,46 @@ class PodWatch:
         try:
             await asyncio.wait_for(wait(), timeout)
         except TimeoutError:
+            bound = sorted(self.bound())
             raise AssertionError(
-                f"not {what} after {timeout:.0f}s; bound: {sorted(self.bound())}"
+                f"not {what} after {timeout:.0f}s; {len(bound)} bound: {bound}"
             ) from None
         return self.pods
+
+    async def until_bound(
+        self,
+        names: Collection[str],
+        count: int | None = None,
+        timeout: float = 120.0,  # noqa: ASYNC109
+    ) -> dict[str, JSON]:
+        """Until `count` of `names` (all of them by default) are bound."""
+        wanted = set(names)
+        want = len(wanted) if count is None else count
+        return await self.until(
+            lambda _: len(self.bound(wanted)) >= want,
+            f"{want} of {len(wanted)} pods bound",
+            timeout,
+        )
 
 
 @asynccontextmanager
 async def pod_watch(kube: Kube, namespace: str) -> AsyncIterator[PodWatch]:
+    """A PodWatch of `namespace` running for the block, once it has listed the namespace."""
     watch = PodWatch(kube, namespace)
     started = asyncio.Event()
     task = asyncio.create_task(watch.run(started), name=f"pod watch {namespace}")
-    waiter = asyncio.ensure_future(started.wait())
-    await asyncio.wait({waiter, task}, timeout=30, return_when=asyncio.FIRST_COMPLETED)
-    waiter.cancel()
-    if task.done():
-        task.result()  # raises what stopped it
     try:
+        waiter = asyncio.ensure_future(started.wait())
+        await asyncio.wait({waiter, task}, timeout=30, return_when=asyncio.FIRST_COMPLETED)
+        waiter.cancel()
+        if task.done():
+            task.result()  # raises what stopped it
+        assert started.is_set(), f"the pod watch did not list {namespace} within 30 s"
         yield watch
     finally:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
-            await task
+            await task  # raises what stopped it, if it ended on its own
 
 
 async def invariant_violations(
@@ -281,7 +316,7 @@ async def invariant_violations(
     replace: dict[str, JSON] | None = None,
 ) -> list[str]:
     """gpusched.devcluster.invariants.check over the namespace's pods and the pool's nodes
-    as the API has them now (the nodes still there), with the watch's BindingLog.
+    (by name) as the API has them now (the nodes still there), with the watch's BindingLog.
     `must_bind`: pod names. `replace`: pods (by name) to judge in another version."""
     pods = (await kube.get(pod_path(namespace))).get("items", [])
     pods = [(replace or {}).get(p["metadata"]["name"], p) for p in pods]
@@ -293,6 +328,19 @@ async def invariant_violations(
             if exc.status != 404:
                 raise
     return check(pods, found, must_bind=[f"{namespace}/{n}" for n in must_bind], log=watch.log)
+
+
+async def assert_invariants(
+    kube: Kube,
+    namespace: str,
+    nodes: Sequence[str],
+    watch: PodWatch,
+    must_bind: Collection[str],
+    what: str = "",
+) -> None:
+    """invariant_violations, none expected; `what` names the moment in the failure."""
+    violations = await invariant_violations(kube, namespace, nodes, watch, must_bind)
+    assert violations == [], f"{what}: {violations}" if what else violations
 
 
 class OffsetClock:

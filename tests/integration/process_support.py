@@ -1,5 +1,6 @@
-"""For the fault suite: `gpusched run` as a child process whose log lines can be awaited,
-and a pod watch that feeds the invariant checker's BindingLog for a whole test."""
+"""For the fault suite's process scenarios (test_faults_kill, test_faults_leader): `gpusched
+run` as a child process whose log lines can be awaited, its configuration, and the bursts
+of pods it binds. The pod watch and the invariant check are fault_support's."""
 
 from __future__ import annotations
 
@@ -7,20 +8,25 @@ import asyncio
 import contextlib
 import os
 import signal
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from contextlib import aclosing, asynccontextmanager
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import orjson
 
-from gpusched.devcluster.invariants import BindingLog
+from gpusched.devcluster.demo import mixed_workload
 from gpusched.devcluster.testkit import daemon_argv
-from gpusched.kube import JSON, ApiError, Kube, pod_path
+from gpusched.kube import JSON
+from tests.integration.daemon_support import placement
 
 REPO = Path(__file__).resolve().parents[2]
 Record = dict[str, Any]
+# Lease timings: generous renewals (a loaded 2-core machine must not make a replica lose
+# its Lease and exit 1 before its fault), short enough that each takeover (expiry, then one
+# more lease duration before the first binding) costs a few seconds.
+LEASE = {"leaseDurationSeconds": 3, "renewDeadlineSeconds": 2.5, "retryPeriodSeconds": 0.5}
+# What a replica logs when it takes a Lease over that its holder never released.
+TOOK_OVER = "took over the leader Lease; waiting before the first binding"
 
 
 class DaemonProcess:
@@ -143,96 +149,22 @@ class DaemonProcess:
         await asyncio.gather(*self._readers, return_exceptions=True)
 
 
-class PodWatch:
-    """Every version of the namespace's pods, from a list and a watch that runs until the
-    context ends (re-listing after 410 Gone or a dropped stream): each one is shown to
-    `bindings` (the invariant checker's BindingLog); `latest` holds the last by name."""
-
-    def __init__(self, kube: Kube, namespace: str) -> None:
-        self.kube = kube
-        self.namespace = namespace
-        self.bindings = BindingLog()
-        self.latest: dict[str, JSON] = {}
-        self.relists = 0
-        self._changed = asyncio.Condition()
-
-    async def _see(self, obj: JSON, deleted: bool = False) -> None:
-        self.bindings.see(obj)
-        name = str(obj.get("metadata", {}).get("name", ""))
-        async with self._changed:
-            if deleted:
-                self.latest.pop(name, None)
-            else:
-                self.latest[name] = obj
-            self._changed.notify_all()
-
-    async def run(self, synced: asyncio.Event) -> None:
-        path = pod_path(self.namespace)
-        version = ""
-        while True:
-            try:
-                if not version:
-                    listing = await self.kube.get(path)
-                    for item in listing.get("items", []):
-                        await self._see(item)
-                    version = str(listing["metadata"]["resourceVersion"])
-                    synced.set()
-                events = self.kube.watch(path, resource_version=version, timeout_seconds=60)
-                async with aclosing(events):
-                    async for event in events:
-                        meta = event.object.get("metadata", {})
-                        if event.type == "ERROR":
-                            version = ""  # 410 Gone: list again
-                            self.relists += 1
-                            break
-                        version = str(meta.get("resourceVersion", version))
-                        if event.type != "BOOKMARK":
-                            await self._see(event.object, deleted=event.type == "DELETED")
-            except (ApiError, aiohttp.ClientError, OSError, TimeoutError):
-                # The API server is still there in these tests; resume from `version`.
-                await asyncio.sleep(0.2)
-
-    def bound(self, names: Sequence[str]) -> int:
-        return sum(1 for n in names if (self.latest.get(n) or {}).get("spec", {}).get("nodeName"))
-
-    async def until(
-        self,
-        condition: Callable[[PodWatch], bool],
-        what: str,
-        timeout: float = 90.0,  # noqa: ASYNC109
-    ) -> None:
-        try:
-            async with asyncio.timeout(timeout), self._changed:
-                await self._changed.wait_for(lambda: condition(self))
-        except TimeoutError:
-            raise AssertionError(f"{what}: not after {timeout:.0f}s") from None
-
-    async def until_bound(self, names: Sequence[str], count: int | None = None) -> None:
-        want = len(names) if count is None else count
-        await self.until(
-            lambda w: w.bound(names) >= want, f"{want} of {len(names)} pods bound", timeout=120
-        )
+def process_config(path: Path, lease: str, qps: int, burst: int) -> Path:
+    """A configuration for `gpusched run` replicas sharing the Lease `lease`, with LEASE's
+    timings and a client bounded to `qps` / `burst`; written to `path`."""
+    le = ", ".join(f"{k}: {v}" for k, v in {**LEASE, "resourceName": lease}.items())
+    path.write_text(
+        "apiVersion: gpusched.io/v1alpha1\nkind: GpuSchedulerConfiguration\n"
+        f"clientConnection: {{qps: {qps}, burst: {burst}}}\n"
+        f"leaderElection: {{{le}}}\n"
+    )
+    return path
 
 
-@asynccontextmanager
-async def pod_watch(kube: Kube, namespace: str) -> AsyncIterator[PodWatch]:
-    watch = PodWatch(kube, namespace)
-    synced = asyncio.Event()
-    task = asyncio.create_task(watch.run(synced))
-    try:
-        waiter = asyncio.ensure_future(synced.wait())
-        await asyncio.wait({waiter, task}, timeout=30, return_when=asyncio.FIRST_COMPLETED)
-        waiter.cancel()
-        if task.done():
-            task.result()  # raises what ended it
-        assert synced.is_set(), "the pod watch did not list the namespace within 30 s"
-        yield watch
-    finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-
-
-async def pool_nodes(kube: Kube, label: str, pool: str) -> list[JSON]:
-    listing = await kube.get("/api/v1/nodes", query=[("labelSelector", f"{label}={pool}")])
-    items: list[JSON] = listing.get("items", [])
-    return items
+def burst_pods(k: int, size: int, pool: str, seed: int) -> list[JSON]:
+    """Burst `k`: `size` mixed pods (whole-card, shared, model-constrained, CPU-only, none
+    impossible) placed on `pool`, named `b<k>-...`."""
+    pods = mixed_workload(size, seed=seed, impossible=False, **placement(pool))
+    for pod in pods:
+        pod["metadata"]["name"] = f"b{k}-{pod['metadata']['name']}"
+    return pods

@@ -35,7 +35,7 @@ from tests.integration.daemon_support import (
     running_daemon,
     until_bound,
 )
-from tests.integration.fault_support import invariant_violations, pod_watch
+from tests.integration.fault_support import assert_invariants, pod_watch
 
 pytestmark = pytest.mark.integration
 
@@ -214,8 +214,7 @@ async def test_pod_deleted_while_being_bound_leaks_nothing(
         assert daemon.queue.where(uid) == ""
         assert daemon.cache.stats.over_allocated == 0
         # Issue 10's fault matrix (item 3): every invariant holds, recomputed from the API.
-        violations = await invariant_violations(kube, namespace, [spec.name], watch, ["next"])
-        assert violations == [], violations
+        await assert_invariants(kube, namespace, [spec.name], watch, ["next"])
     records = [r for r in _decisions(stream) if r["uid"] == uid]
     assert records and records[-1]["result"] == "dropped"
     assert "no longer exists" in records[-1]["message"]

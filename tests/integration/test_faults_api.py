@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import io
-import os
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import aclosing
 from pathlib import Path
@@ -73,9 +72,10 @@ from tests.integration.daemon_support import (
     sa_token,
 )
 from tests.integration.fault_support import (
+    SOAK,
     OffsetClock,
-    PodWatch,
     TcpProxy,
+    assert_invariants,
     invariant_violations,
     kubeconfig_via,
     pod_watch,
@@ -83,7 +83,6 @@ from tests.integration.fault_support import (
 
 pytestmark = pytest.mark.integration
 
-SOAK = os.environ.get("GPUSCHED_SOAK") == "1"
 # The bursts of the restart and cut scenarios, and their pools (about half full).
 BURST, POOL = (300, 80) if SOAK else (60, 16)
 A100 = ((8, "A100M80", 96_000, 1_048_576, 8),)
@@ -196,10 +195,6 @@ def _bound_count(count: int) -> Callable[[dict[str, JSON]], bool]:
     return lambda pods: sum(bool(p["spec"].get("nodeName")) for p in pods.values()) >= count
 
 
-def _all_bound(names: list[str]) -> Callable[[dict[str, JSON]], bool]:
-    return lambda pods: all(n in pods and pods[n]["spec"].get("nodeName") for n in names)
-
-
 def _unschedulable(name: str) -> Callable[[dict[str, JSON]], bool]:
     def done(pods: dict[str, JSON]) -> bool:
         pod = pods.get(name)
@@ -221,18 +216,6 @@ def _charged_free(cache: ClusterCache, node: str) -> list[int]:
     snap = cache.snapshot
     row = snap.row_of(node)
     return [int(m) for m in snap.card_free_milli[row, : int(snap.node_card_count[row])]]
-
-
-async def _check(
-    api: Kube,
-    ns: str,
-    nodes: list[str],
-    watch: PodWatch,
-    must_bind: list[str],
-    replace: dict[str, JSON] | None = None,
-) -> None:
-    violations = await invariant_violations(api, ns, nodes, watch, must_bind, replace)
-    assert violations == [], violations
 
 
 class _HeldBinds:
@@ -292,13 +275,13 @@ async def test_apiserver_restarted_mid_burst(api_cluster: LocalCluster, api: Kub
         await _within(held.failed, "a bind failed against the stopped API server")
         api_cluster.start_apiserver(wait=False)  # on this thread: see restart_apiserver
         await asyncio.to_thread(api_cluster.wait_apiserver)
-        await watch.until(_all_bound(names), "every pod bound", timeout=150 + BURST)
+        await watch.until_bound(names, timeout=150 + BURST)
         assert daemon.pod_watch.stats.watches + daemon.pod_watch.stats.lists > watches_before
         failures = [st for _, _, st in held.answers if not st.is_success()]
         assert failures, "no Binding met the stopped API server"
         # Refused connections sent nothing: retried at once, not held as unknown outcomes.
         assert any("not sent, will retry" in st.message() for st in failures), failures[0]
-        await _check(api, ns, names_nodes, watch, names)
+        await assert_invariants(api, ns, names_nodes, watch, names)
         assert daemon.cache.stats.over_allocated == 0
     records = [r for r in _decisions(stream) if r["result"] == "bound"]
     assert {r["pod"] for r in records} == {f"{ns}/{n}" for n in names}
@@ -341,13 +324,13 @@ async def test_watch_streams_cut_mid_burst(
             await api.delete(pod_path(ns, name), query=[("gracePeriodSeconds", "0")])
         await create_pods(api, ns, waves[2])
         left = [n for n in names if n not in gone]
-        await watch.until(_all_bound(left), "every pod bound", timeout=120 + BURST)
+        await watch.until_bound(left, timeout=120 + BURST)
         assert daemon.pod_watch.stats.errors + daemon.pod_watch.stats.watches >= 3
         # The deletions made while the stream was down reached the cache (the watch
         # delivers them before the later pods' events, and every later pod is bound).
         assert not gone_uids & set(daemon.cache.pods)
         assert daemon.cache.stats.over_allocated == 0
-        await _check(api, ns, [n["metadata"]["name"] for n in nodes], watch, left)
+        await assert_invariants(api, ns, [n["metadata"]["name"] for n in nodes], watch, left)
     bound = [r["pod"] for r in _decisions(stream) if r["result"] == "bound"]
     assert len(bound) == len(set(bound)) == len(names)  # each pod placed exactly once
 
@@ -417,10 +400,10 @@ async def test_gone_after_etcd_compaction(
             await _etcd(api_cluster, "compaction", {"revision": revision, "physical": True})
             assert proxy.cut() >= 2
             wanted = [f"first-{i}" for i in range(5, 10)] + [p["metadata"]["name"] for p in second]
-            await watch.until(_all_bound(wanted), "every remaining pod bound")
+            await watch.until_bound(wanted)
             assert daemon.pod_watch.stats.gone > gone_before, "no 410 Gone met"
             assert daemon.cache.stats.over_allocated == 0
-            await _check(api, ns, [s.name for s in specs], watch, wanted)
+            await assert_invariants(api, ns, [s.name for s in specs], watch, wanted)
     finally:
         await asyncio.to_thread(api_cluster.stop_apiserver)
         api_cluster.start_apiserver((f"--request-timeout={REQUEST_TIMEOUT}s",), wait=False)
@@ -468,7 +451,7 @@ async def test_silent_watch_never_expires_a_bound_pod(
         await watch.until(_unschedulable("waiter"), "the waiter reported unschedulable")
         assert proxy.stall() >= 2  # the watches go silent...
         held.release.set()  # ...and the Binding lands
-        await watch.until(_all_bound(["holder"]), "the holder bound in the API")
+        await watch.until_bound(["holder"])
         confirmed = _on_pod(daemon, lambda kind, pod: pod.uid == uid and bool(pod.node_name))
         retried = asyncio.Event()
         reattempted = daemon.schedule_one.attempts
@@ -501,8 +484,8 @@ async def test_silent_watch_never_expires_a_bound_pod(
         assert not watch.bound(["waiter"])
         # The cards come back with the holder's deletion, and the waiter takes them.
         await api.delete(pod_path(ns, "holder"), query=[("gracePeriodSeconds", "0")])
-        await watch.until(_all_bound(["waiter"]), "the waiter bound")
-        await _check(api, ns, [spec.name], watch, ["waiter"])
+        await watch.until_bound(["waiter"])
+        await assert_invariants(api, ns, [spec.name], watch, ["waiter"])
 
 
 # -- item 3: other writers racing the daemon's binding ---------------------------------------
@@ -554,14 +537,14 @@ async def test_another_scheduler_binds_the_pod_first(
         await create_pods(api, ns, [demo_pod(n, gpus=8, **where) for n in ("next", "no-room")])
         await watch.until(
             lambda pods: (
-                (_all_bound(["next"])(pods) and _unschedulable("no-room")(pods))
-                or (_all_bound(["no-room"])(pods) and _unschedulable("next")(pods))
+                (bool(watch.bound(["next"])) and _unschedulable("no-room")(pods))
+                or (bool(watch.bound(["no-room"])) and _unschedulable("next")(pods))
             ),
             "one of the next pods bound, the other unschedulable",
         )
         bound = watch.bound(["next", "no-room"])
         assert list(bound.values()) == [chosen.node], bound
-        await _check(api, ns, [s.name for s in specs], watch, ["contested", *bound])
+        await assert_invariants(api, ns, [s.name for s in specs], watch, ["contested", *bound])
     records = [r for r in _decisions(stream) if r["uid"] == uid]
     assert [r["result"] for r in records] == ["dropped"]
 
@@ -606,11 +589,11 @@ async def test_node_deleted_mid_bind_reschedules_elsewhere(
         await api.delete(f"/api/v1/nodes/{doomed}")
         await _within(node_gone, "the daemon saw the node deleted")
         release.set()
-        await watch.until(_all_bound(["orphan"]), "the pod bound")
+        await watch.until_bound(["orphan"])
         assert watch.pods["orphan"]["spec"]["nodeName"] == other
         assert daemon.cache.snapshot.row_of(doomed) < 0
         assert daemon.cache.stats.over_allocated == 0
-        await _check(api, ns, [s.name for s in specs], watch, ["orphan"])
+        await assert_invariants(api, ns, [s.name for s in specs], watch, ["orphan"])
     results = [r["result"] for r in _decisions(stream) if r["uid"] == uid]
     assert results == ["bind_failed", "bound"], results
     failed = next(r for r in _decisions(stream) if r["uid"] == uid)
@@ -645,7 +628,7 @@ async def test_tenant_edits_the_assignment_without_the_policy(
         impersonating(api_cluster.kubeconfig, USER) as tenant,
     ):
         await tenant.post(pod_path(ns), demo_pod("victim", gpus=2, **where))
-        await watch.until(_all_bound(["victim"]), "the victim bound")
+        await watch.until_bound(["victim"])
         bound = watch.pods["victim"]
         real = _cards(bound)
         assert len(real) == 2
@@ -672,7 +655,7 @@ async def test_tenant_edits_the_assignment_without_the_policy(
             api, ns, [demo_pod("four", gpus=4, **where), demo_pod("more", gpus=1, **where)]
         )
         await watch.until(
-            lambda pods: _all_bound(["four"])(pods) and _unschedulable("more")(pods),
+            lambda pods: bool(watch.bound(["four"])) and _unschedulable("more")(pods),
             "the 4-card pod bound and the 1-card pod left unschedulable",
         )
         four = _cards(watch.pods["four"])
@@ -752,7 +735,7 @@ async def test_tenant_edit_denied_by_the_policy(
 
         daemon.cache.pod_warning = pod_warning
         await tenant.post(pod_path(ns), demo_pod("victim", gpus=2, **where))
-        await watch.until(_all_bound(["victim"]), "the victim bound")
+        await watch.until_bound(["victim"])
         before = watch.pods["victim"]
         real = _cards(before)
         forged = sorted(set(range(8)) - real)[-2:]
@@ -765,7 +748,7 @@ async def test_tenant_edit_denied_by_the_policy(
         after = await api.get(pod_path(ns, "victim"))
         assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
         await create_pods(api, ns, [demo_pod("six", gpus=6, **where)])
-        await watch.until(_all_bound(["six"]), "the 6-card pod bound")
+        await watch.until_bound(["six"])
         assert not _cards(watch.pods["six"]) & real
         assert warnings == []
-        await _check(api, ns, [spec.name], watch, ["victim", "six"])
+        await assert_invariants(api, ns, [spec.name], watch, ["victim", "six"])

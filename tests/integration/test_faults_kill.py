@@ -16,7 +16,6 @@ GPUSCHED_SOAK=1 (`make soak-faults`) runs more and bigger bursts."""
 from __future__ import annotations
 
 import math
-import os
 import time
 from pathlib import Path
 from typing import Any
@@ -24,47 +23,20 @@ from typing import Any
 import pytest
 
 from gpusched.devcluster import LocalCluster
-from gpusched.devcluster.demo import mixed_workload
-from gpusched.devcluster.invariants import check
 from gpusched.kube import Kube, faults
 from tests.integration.daemon_support import (
-    POOL_KEY,
     create_pods,
     node_pool,
-    placement,
     pool_name,
     pool_node,
     pool_specs,
 )
-from tests.integration.process_support import DaemonProcess, pod_watch, pool_nodes
+from tests.integration.fault_support import assert_invariants, pod_watch, soak_sizes
+from tests.integration.process_support import TOOK_OVER, DaemonProcess, burst_pods, process_config
 
 pytestmark = pytest.mark.integration
 
-SOAK = os.environ.get("GPUSCHED_SOAK", "") not in ("", "0")
-BURSTS = int(os.environ.get("GPUSCHED_SOAK_BURSTS", "6")) if SOAK else 2
-BURST = int(os.environ.get("GPUSCHED_SOAK_PODS", "60")) if SOAK else 24
-# Lease timings: generous renewals (a loaded 2-core machine must not make the armed daemon
-# lose its Lease and exit 1 before its fault), short enough that each restart's takeover
-# (expiry, then one more lease duration before the first binding) costs a few seconds.
-LEASE = {"leaseDurationSeconds": 3, "renewDeadlineSeconds": 2.5, "retryPeriodSeconds": 0.5}
-
-
-def _config(path: Path, lease: str) -> Path:
-    le = ", ".join(f"{k}: {v}" for k, v in {**LEASE, "resourceName": lease}.items())
-    path.write_text(
-        "apiVersion: gpusched.io/v1alpha1\nkind: GpuSchedulerConfiguration\n"
-        # A bounded client, so a burst's bindings take a moment and the kill lands in them.
-        "clientConnection: {qps: 100, burst: 10}\n"
-        f"leaderElection: {{{le}}}\n"
-    )
-    return path
-
-
-def _burst(k: int, pool: str) -> list[dict[str, Any]]:
-    pods = mixed_workload(BURST, seed=100 + k, impossible=False, **placement(pool))
-    for pod in pods:
-        pod["metadata"]["name"] = f"b{k}-{pod['metadata']['name']}"
-    return pods
+BURSTS, BURST = soak_sizes(2, 24)
 
 
 def _nodes_for(pods: int) -> int:
@@ -85,7 +57,9 @@ async def test_kill_at_point_then_restart_keeps_every_invariant(
     t0 = time.monotonic()
     pool = pool_name()
     nodes = [pool_node(s, pool) for s in pool_specs(pool, _nodes_for(BURSTS * BURST))]
-    config = _config(tmp_path / "config.yaml", f"gpusched-kill-{pool}")
+    node_names = [node["metadata"]["name"] for node in nodes]
+    # A bounded client, so a burst's bindings take a moment and the kill lands in them.
+    config = process_config(tmp_path / "config.yaml", f"gpusched-kill-{pool}", qps=100, burst=10)
     names: list[str] = []
     killed_bound = restarted_bound = 0
     async with node_pool(kube, nodes), pod_watch(kube, namespace) as watch:
@@ -99,7 +73,7 @@ async def test_kill_at_point_then_restart_keeps_every_invariant(
                 env={faults.ENV: f"{point}:{n}"},
             )
             try:
-                pods = _burst(k, pool)
+                pods = burst_pods(k, BURST, pool, seed=100 + k)
                 batch = [p["metadata"]["name"] for p in pods]
                 names += batch
                 await create_pods(kube, namespace, pods)
@@ -125,16 +99,11 @@ async def test_kill_at_point_then_restart_keeps_every_invariant(
             restarted_bound += len(restarted.decisions("bound"))
             # It placed the rest of the burst, after taking the dead one's Lease over.
             assert restarted.decisions("bound"), restarted.tail()
-            assert restarted.events("took over the leader Lease; waiting before the first binding")
+            assert restarted.events(TOOK_OVER)
 
-            pods_now = [watch.latest[name] for name in names]
-            problems = check(
-                pods_now,
-                await pool_nodes(kube, POOL_KEY, pool),
-                must_bind=[f"{namespace}/{name}" for name in names],
-                log=watch.bindings,
+            await assert_invariants(
+                kube, namespace, node_names, watch, names, f"burst {k} ({point}:{n})"
             )
-            assert problems == [], f"burst {k} ({point}:{n}): {problems}"
     seconds = time.monotonic() - t0
     record_property(
         "soak",

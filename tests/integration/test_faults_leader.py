@@ -15,7 +15,6 @@ GPUSCHED_SOAK=1 (`make soak-faults`) moves leadership more times, with bigger bu
 from __future__ import annotations
 
 import math
-import os
 import secrets
 import time
 from datetime import datetime
@@ -25,39 +24,27 @@ from typing import Any
 import pytest
 
 from gpusched.devcluster import LocalCluster
-from gpusched.devcluster.demo import mixed_workload
-from gpusched.devcluster.invariants import check
 from gpusched.kube import ApiError, Kube
 from tests.integration.daemon_support import (
-    POOL_KEY,
     create_pods,
     node_pool,
-    placement,
     pool_name,
     pool_node,
     pool_specs,
 )
-from tests.integration.process_support import DaemonProcess, Record, pod_watch, pool_nodes
+from tests.integration.fault_support import assert_invariants, pod_watch, soak_sizes
+from tests.integration.process_support import (
+    TOOK_OVER,
+    DaemonProcess,
+    Record,
+    burst_pods,
+    process_config,
+)
 
 pytestmark = pytest.mark.integration
 
-SOAK = os.environ.get("GPUSCHED_SOAK", "") not in ("", "0")
-ROUNDS = int(os.environ.get("GPUSCHED_SOAK_BURSTS", "6")) if SOAK else 1
-BURST = int(os.environ.get("GPUSCHED_SOAK_PODS", "60")) if SOAK else 48
-LEASE = {"leaseDurationSeconds": 3, "renewDeadlineSeconds": 2.5, "retryPeriodSeconds": 0.5}
+ROUNDS, BURST = soak_sizes(1, 48)
 LEASES = "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases"
-TOOK_OVER = "took over the leader Lease; waiting before the first binding"
-
-
-def _config(path: Path, lease: str) -> Path:
-    le = ", ".join(f"{k}: {v}" for k, v in {**LEASE, "resourceName": lease}.items())
-    path.write_text(
-        "apiVersion: gpusched.io/v1alpha1\nkind: GpuSchedulerConfiguration\n"
-        # A slow client: the burst's bindings last a few seconds, so the edit lands in them.
-        "clientConnection: {qps: 15, burst: 5}\n"
-        f"leaderElection: {{{le}}}\n"
-    )
-    return path
 
 
 def _at(record: Record) -> float:
@@ -97,9 +84,11 @@ async def test_leadership_moved_by_a_lease_edit_mid_burst(
     pool = pool_name()
     total = ROUNDS * BURST
     nodes = [pool_node(s, pool) for s in pool_specs(pool, max(30, math.ceil(total * 0.47)))]
+    node_names = [node["metadata"]["name"] for node in nodes]
     lease_name = f"gpusched-move-{pool}"
     lease_path = f"{LEASES}/{lease_name}"
-    config = _config(tmp_path / "config.yaml", lease_name)
+    # A slow client: the burst's bindings last a few seconds, so the edit lands in them.
+    config = process_config(tmp_path / "config.yaml", lease_name, qps=15, burst=5)
     started: list[DaemonProcess] = []
 
     async def replica(name: str) -> DaemonProcess:
@@ -129,9 +118,7 @@ async def test_leadership_moved_by_a_lease_edit_mid_burst(
                     standby_id if new_holder == "standby" else f"intruder_{secrets.token_hex(3)}"
                 )
 
-                pods = mixed_workload(BURST, seed=200 + k, impossible=False, **placement(pool))
-                for pod in pods:
-                    pod["metadata"]["name"] = f"b{k}-{pod['metadata']['name']}"
+                pods = burst_pods(k, BURST, pool, seed=200 + k)
                 batch = [p["metadata"]["name"] for p in pods]
                 names += batch
                 await create_pods(kube, namespace, pods)
@@ -174,13 +161,9 @@ async def test_leadership_moved_by_a_lease_edit_mid_burst(
                 assert not {r["uid"] for r in old} & {r["uid"] for r in standby.decisions("bound")}
                 deposed += sum(r["pod"] in ours for r in old)
 
-                problems = check(
-                    [watch.latest[n] for n in names],
-                    await pool_nodes(kube, POOL_KEY, pool),
-                    must_bind=[f"{namespace}/{n}" for n in names],
-                    log=watch.bindings,
+                await assert_invariants(
+                    kube, namespace, node_names, watch, names, f"round {k} ({new_holder})"
                 )
-                assert problems == [], f"round {k} ({new_holder}): {problems}"
                 leader, leader_id = standby, standby_id
             assert await leader.terminate() == 0, leader.tail()
     finally:
