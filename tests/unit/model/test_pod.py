@@ -373,7 +373,7 @@ def test_a_request_beyond_int64_is_clamped_and_reported() -> None:
     # snapshot's int64 columns.
     p = pod_from_k8s(pod([named("a", c("1", "1e30"))]))
     assert p.request.memory_bytes == MAX_REQUEST
-    assert any("request memory=" in e and "out of range" in e for e in p.errors)
+    assert any("resources['memory']: quantity '1e30' is out of range" in e for e in p.errors)
 
 
 _JSON = st.recursive(
@@ -424,3 +424,17 @@ def test_a_scalar_where_a_list_or_map_belongs_is_ignored(field: str) -> None:
     raw["spec"][field] = 5  # raised TypeError: 'int' object is not iterable
     p = pod_from_k8s(raw)
     assert (p.tolerations, p.node_selector, p.affinity) == ((), {}, {})
+
+
+@pytest.mark.parametrize(
+    ("raw", "said"),
+    [
+        ("1e999999999", "exponent 999999999 is out of range"),  # raised decimal.Overflow
+        ("\u0663", "is not a Kubernetes quantity"),  # was 3 CPUs
+    ],
+)
+def test_a_quantity_the_grammar_refuses_is_a_pod_error_naming_the_field(
+    raw: str, said: str
+) -> None:
+    p = pod_from_k8s(pod([named("a", c(raw))]))
+    assert any(e.startswith("spec.containers[0].resources['cpu']") and said in e for e in p.errors)
