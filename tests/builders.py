@@ -542,3 +542,161 @@ def trace_pod(
 
 def trace_nodes(count: int, gpus: int) -> list[TraceNode]:
     return [TraceNode(f"n{i}", 32000, 65536, gpus, "T4") for i in range(count)]
+
+
+# --- raw Kubernetes JSON as the watch delivers it (the parsers' fuzz tests) -----------------
+# Hypothesis strategies for nodes and pods with well-formed, hostile and malformed parts:
+# quantities with exotic suffixes and non-ASCII digits, annotations with nested garbage,
+# wrong JSON types where the API has objects or lists.
+
+_GARBAGE: st.SearchStrategy[Any] = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.text(max_size=6),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+
+QUANTITIES: st.SearchStrategy[Any] = st.one_of(
+    st.sampled_from(["0", "1", "2", "4", "8", "32", "110", "500m", "1.5", ".5", "+2", "0.1"]),
+    st.sampled_from(["1Gi", "256Gi", "16G", "2Ki", "1e3", "1E6", "1e8", "1.5e3", "100u", "1n"]),
+    # huge, negative, past int64, absurd exponents
+    st.sampled_from(["1e30", "9223372036854775807", "8Ei", "1e999999999", "-1", "-500m"]),
+    # not quantities: exotic suffixes, non-ASCII digits ('٣' Arabic-Indic, '²', fullwidth)
+    st.sampled_from(["1Qi", "1mi", "1K", "1e", "1.2.3", "0x10", "\u0663", "\u00b2", "\uff11"]),
+    st.sampled_from(["1\u0663m", "", " ", "1 Gi", "nan", "inf"]),
+    st.integers(-(2**70), 2**70),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.from_regex(
+        r"[+-]?[0-9]{0,4}(\.[0-9]{0,3})?([numkMGTPE]|[KMGTPE]i|e[+-]?[0-9]{1,3})?", fullmatch=True
+    ),
+    st.just(None) | st.just([]) | st.just({}) | st.just(True),
+)
+
+_LABEL_KEYS = st.one_of(
+    st.sampled_from(
+        [
+            "kubernetes.io/hostname",
+            RACK_LABEL,
+            "topology.gpusched.io/spine",
+            "nvidia.com/gfd.timestamp",
+            "pool",
+            "",
+            "a/b/c",
+            "x" * 300,
+            "\u00e9t\u00e9/\u0663",
+        ]
+    ),
+    st.text(max_size=12),
+)
+_LABEL_VALUES = st.sampled_from(
+    ["", "a", "gpu", "r1", "r2", "x" * 100, "\u0663", "-bad-"]
+) | st.text(max_size=8)
+
+
+def _gfd_labels() -> st.SearchStrategy[dict[str, Any]]:
+    count = st.sampled_from(["0", "1", "2", "8", "64", "1e8", "-1", "\u0663", "2_0", "", " 2"])
+    memory = st.sampled_from(["81920", "0", "16384", str(2**31), "\u0663", "80GB", "-5"])
+    product = st.sampled_from(["A100", "H100", "", "\u00e9\u00e9"]) | st.text(max_size=6)
+    return st.fixed_dictionaries(
+        {},
+        optional={
+            "nvidia.com/gpu.count": count,
+            "nvidia.com/gpu.memory": memory,
+            "nvidia.com/gpu.product": product,
+        },
+    )
+
+
+_CARD_FIELDS = {
+    "index": st.integers(-2, 70) | st.sampled_from([True, "0", 1.0, None, 2**64]),
+    "model": st.sampled_from(["A100", "H100", "T4", ""]) | st.integers() | st.none(),
+    "memoryMiB": st.sampled_from([81920, 16384, 0, 2**31 - 1, 2**31, -1, 1.5, "80GB", None, True]),
+    "nvlinkIsland": st.integers(-3, 130) | st.sampled_from([True, "0", 1.5]),
+    "numa": st.integers(-(2**70), 2**70) | st.sampled_from([None, "0"]),
+    "healthy": st.booleans() | st.sampled_from(["yes", 1, None]),
+    "uuid": st.text(max_size=8) | st.integers(),
+}
+
+
+@st.composite
+def gpu_inventories(draw: st.DrawFn) -> Any:
+    """The gpusched.io/gpu-inventory annotation: usually a JSON list of cards (well-formed,
+    with a field broken, too many, ids out of range), sometimes not JSON or not a list."""
+    kind = draw(st.sampled_from(["good", "good", "mutated", "many", "garbage", "text", "nonstr"]))
+    if kind == "text":
+        return draw(st.sampled_from(["", "[", "{}", "null", "[1,2]", "[{]", "\u0663"]))
+    if kind == "nonstr":
+        return draw(_GARBAGE)
+    if kind == "garbage":
+        return orjson.dumps(draw(_GARBAGE)).decode()
+    n = draw(st.integers(0, 10)) if kind != "many" else draw(st.sampled_from([63, 64, 1025]))
+    model = draw(st.sampled_from(["A100", "H100", "T4"]))
+    mem = draw(st.sampled_from([81920, 16384, 0, 2**31 - 1]))
+    cards: list[Any] = [
+        {"index": i, "model": model, "memoryMiB": mem, "nvlinkIsland": i // 4, "healthy": True}
+        for i in range(n)
+    ]
+    if kind == "mutated" and cards:
+        i = draw(st.integers(0, n - 1))
+        fields = draw(st.dictionaries(st.sampled_from(sorted(_CARD_FIELDS)), st.none(), min_size=1))
+        for f in fields:
+            cards[i][f] = draw(_CARD_FIELDS[f])
+        if draw(st.booleans()):
+            cards[i] = draw(_GARBAGE)
+    return orjson.dumps(cards).decode()
+
+
+def _taints() -> st.SearchStrategy[Any]:
+    taint = st.fixed_dictionaries(
+        {
+            "key": st.sampled_from(["gpu", "dedicated", ""]) | st.text(max_size=5),
+            "effect": st.sampled_from(["NoSchedule", "NoExecute", "PreferNoSchedule", "Bad"]),
+        },
+        optional={"value": st.sampled_from(["true", ""]) | st.integers()},
+    )
+    return st.lists(taint | _GARBAGE, max_size=3) | _GARBAGE
+
+
+@st.composite
+def raw_nodes(draw: st.DrawFn, name: str | st.SearchStrategy[str] = "n0") -> dict[str, Any]:
+    """A Node object as the node watch delivers it, hostile or malformed in any part."""
+    node_name = name if isinstance(name, str) else draw(name)
+    labels: Any = {
+        **draw(st.dictionaries(_LABEL_KEYS, _LABEL_VALUES, max_size=4)),
+        **draw(_gfd_labels()),
+    }
+    if draw(st.integers(0, 9)) == 0:
+        n = draw(st.sampled_from([500, 5000]))
+        labels.update({f"bulk.example.com/k{i}": str(i) for i in range(n)})
+    if draw(st.integers(0, 9)) == 0:
+        labels = draw(_GARBAGE)
+    elif draw(st.integers(0, 9)) == 0 and labels:
+        labels[draw(st.sampled_from(sorted(labels)))] = draw(_GARBAGE)
+    annotations: Any = {}
+    if draw(st.booleans()):
+        annotations["gpusched.io/gpu-inventory"] = draw(gpu_inventories())
+    if draw(st.integers(0, 19)) == 0:
+        annotations = draw(_GARBAGE)
+    alloc = draw(
+        st.fixed_dictionaries(
+            {},
+            optional={
+                "cpu": QUANTITIES,
+                "memory": QUANTITIES,
+                "pods": QUANTITIES,
+                "nvidia.com/gpu": QUANTITIES | st.sampled_from(["0", "1", "4", "8"]),
+            },
+        )
+    )
+    status: Any = {draw(st.sampled_from(["allocatable", "capacity"])): alloc}
+    if draw(st.integers(0, 19)) == 0:
+        status = draw(_GARBAGE)
+    spec: Any = {"taints": draw(_taints()), "unschedulable": draw(st.booleans())}
+    meta: Any = {
+        "name": node_name,
+        "uid": f"uid-{node_name}",
+        "labels": labels,
+        "annotations": annotations,
+    }
+    return {"metadata": meta, "spec": spec, "status": status}
