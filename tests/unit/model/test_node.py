@@ -7,7 +7,7 @@ from typing import Any
 
 import orjson
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 
 from gpusched.model import keys
 from gpusched.model.node import (
@@ -19,7 +19,7 @@ from gpusched.model.node import (
     node_from_k8s,
 )
 from gpusched.model.quantity import QuantityError, to_int, to_milli
-from tests.builders import raw_nodes
+from tests.builders import fuzz_settings, raw_nodes
 
 
 def node(
@@ -150,7 +150,7 @@ def _quantity_or_none(raw: object, parse: Callable[[object], int], hi: int) -> i
 
 
 @given(raw=raw_nodes())
-@settings(max_examples=250, deadline=None)
+@fuzz_settings(250)
 def test_any_node_the_watch_could_deliver_parses_with_bounded_fields_or_warnings(
     raw: dict[str, Any],
 ) -> None:
