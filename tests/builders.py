@@ -5,6 +5,7 @@ array clusters. Pure constructors with defaults the tests rely on; no fakes of p
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -659,7 +660,7 @@ def gpu_inventories(draw: st.DrawFn) -> Any:
     if kind == "nonstr":
         return draw(_GARBAGE)
     if kind == "garbage":
-        return orjson.dumps(draw(_GARBAGE)).decode()
+        return json.dumps(draw(_GARBAGE))
     n = draw(st.integers(0, 10)) if kind != "many" else draw(st.sampled_from([63, 64, 1025]))
     model = draw(st.sampled_from(["A100", "H100", "T4"]))
     mem = draw(st.sampled_from([81920, 16384, 0, 2**31 - 1]))
@@ -674,7 +675,7 @@ def gpu_inventories(draw: st.DrawFn) -> Any:
             cards[i][f] = draw(_CARD_FIELDS[f])
         if draw(st.booleans()):
             cards[i] = draw(_GARBAGE)
-    return orjson.dumps(cards).decode()
+    return json.dumps(cards)
 
 
 def _taints() -> st.SearchStrategy[Any]:

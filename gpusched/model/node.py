@@ -205,7 +205,7 @@ def _gfd_cards(labels: Mapping[str, str], gpus: int) -> tuple[tuple[Card, ...], 
     return tuple(Card(index=i, model=model, memory_mib=memory) for i in range(gpus)), warnings
 
 
-def node_from_k8s(obj: Mapping[str, Any], topo: TopologyKeys | None = None) -> NodeModel:
+def node_from_k8s(obj: object, topo: TopologyKeys | None = None) -> NodeModel:
     """Parse a Kubernetes Node. Never raises on bad data: the node is kept with a fallback
     and the problems are listed in `warnings` (an unusable node would lose capacity)."""
     topo = topo or TopologyKeys()
@@ -230,8 +230,8 @@ def node_from_k8s(obj: Mapping[str, Any], topo: TopologyKeys | None = None) -> N
 
     cards: tuple[Card, ...] = ()
     source = "none"
-    raw_inv = annotations.get(keys.GPU_INVENTORY)
-    if raw_inv is not None:
+    if keys.GPU_INVENTORY in annotations:  # a null value too: said, not taken as absent
+        raw_inv = annotations[keys.GPU_INVENTORY]
         cards, err = _parse_inventory(raw_inv)
         if err:
             warnings.append(err + "; falling back to GPU Feature Discovery labels")

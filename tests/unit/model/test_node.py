@@ -238,6 +238,11 @@ def test_allocatable_out_of_the_columns_range_is_a_warning(
             {keys.GFD_COUNT: [1]},
             "metadata.labels['nvidia.com/gpu.count']=[1] is not a string",
         ),
+        (  # was taken as no inventory at all, silently
+            "annotations",
+            {keys.GPU_INVENTORY: None},
+            f"annotation {keys.GPU_INVENTORY} must be a string",
+        ),
         (
             "annotations",
             {keys.GPU_INVENTORY: 5},
@@ -257,3 +262,8 @@ def test_wrong_json_types_are_warnings_not_exceptions(where: str, value: Any, sa
         n["metadata"][where] = value
     m = node_from_k8s(n)
     assert any(said in w for w in m.warnings)
+
+
+def test_a_node_that_is_not_an_object_is_a_warning() -> None:
+    m = node_from_k8s([])  # raised AttributeError: 'list' object has no attribute 'get'
+    assert m.name == "" and m.warnings == ("the node is list, not an object",)
