@@ -5,6 +5,8 @@ array clusters. Pure constructors with defaults the tests rely on; no fakes of p
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -13,9 +15,18 @@ import numpy as np
 import numpy.typing as npt
 import orjson
 import pytest
+from hypothesis import settings
 from hypothesis import strategies as st
 
-from gpusched.config import API_VERSION, KIND, builtin_profile, builtin_profiles, config_from_dict
+from gpusched.config import (
+    API_VERSION,
+    KIND,
+    builtin_profile,
+    builtin_profiles,
+    config_from_dict,
+    config_to_document,
+    default_config,
+)
 from gpusched.config.profile import ConfigError
 from gpusched.core.cache.cache import ClusterCache
 from gpusched.core.cache.snapshot import Snapshot
@@ -542,3 +553,445 @@ def trace_pod(
 
 def trace_nodes(count: int, gpus: int) -> list[TraceNode]:
     return [TraceNode(f"n{i}", 32000, 65536, gpus, "T4") for i in range(count)]
+
+
+# --- raw Kubernetes JSON as the watch delivers it (the parsers' fuzz tests) -----------------
+
+# The fuzz tests' example counts are sized for CI (the lot in well under a minute on two
+# cores); GPUSCHED_FUZZ_SCALE=20 multiplies them for a longer soak.
+FUZZ_SCALE = max(1, int(os.environ.get("GPUSCHED_FUZZ_SCALE", "1")))
+
+
+def fuzz_settings(examples: int) -> settings:
+    """Hypothesis settings of a fuzz test: `examples` times FUZZ_SCALE, no deadline (the
+    first example may compile the numba kernels)."""
+    return settings(max_examples=examples * FUZZ_SCALE, deadline=None)
+
+
+# Hypothesis strategies for nodes and pods with well-formed, hostile and malformed parts:
+# quantities with exotic suffixes and non-ASCII digits, annotations with nested garbage,
+# wrong JSON types where the API has objects or lists.
+
+_GARBAGE: st.SearchStrategy[Any] = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.text(max_size=6),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+
+# Cheap values of the wrong JSON type, for places that expect an object, a list or a string.
+_WRONG: st.SearchStrategy[Any] = st.sampled_from(
+    [None, True, 5, -1, 1.5, "x", "", [], [1], ["a", None], {}, {"a": 1}, {"": [None]}]
+)
+
+QUANTITIES: st.SearchStrategy[Any] = st.one_of(
+    st.sampled_from(["0", "1", "2", "4", "8", "32", "110", "500m", "1.5", ".5", "+2", "0.1"]),
+    st.sampled_from(["1Gi", "256Gi", "16G", "2Ki", "1e3", "1E6", "1e8", "1.5e3", "100u", "1n"]),
+    # huge, negative, past int64, absurd exponents
+    st.sampled_from(["1e30", "9223372036854775807", "8Ei", "1e999999999", "-1", "-500m"]),
+    # not quantities: exotic suffixes, non-ASCII digits ('٣' Arabic-Indic, '²', fullwidth)
+    st.sampled_from(["1Qi", "1mi", "1K", "1e", "1.2.3", "0x10", "\u0663", "\u00b2", "\uff11"]),
+    st.sampled_from(["1\u0663m", "", " ", "1 Gi", "nan", "inf"]),
+    st.integers(-(2**70), 2**70),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.tuples(
+        st.sampled_from(["", "-", "+"]),
+        st.integers(0, 99999).map(str) | st.just(""),
+        st.sampled_from(["", ".", ".5", ".125", ".0001"]),
+        st.sampled_from(["", "m", "k", "Ki", "Mi", "Gi", "Ei", "e3", "e-3", "E18", "e999"]),
+    ).map("".join),
+    _WRONG,
+)
+
+_LABEL_KEYS = st.one_of(
+    st.sampled_from(
+        [
+            "kubernetes.io/hostname",
+            RACK_LABEL,
+            "topology.gpusched.io/spine",
+            "nvidia.com/gfd.timestamp",
+            "pool",
+            "",
+            "a/b/c",
+            "x" * 300,
+            "\u00e9t\u00e9/\u0663",
+        ]
+    ),
+    st.text(max_size=12),
+)
+_LABEL_VALUES = st.sampled_from(
+    ["", "a", "gpu", "r1", "r2", "x" * 100, "\u0663", "-bad-"]
+) | st.text(max_size=8)
+
+
+def _gfd_labels() -> st.SearchStrategy[dict[str, Any]]:
+    count = st.sampled_from(["0", "1", "2", "8", "64", "1e8", "-1", "\u0663", "2_0", "", " 2"])
+    memory = st.sampled_from(["81920", "0", "16384", str(2**31), "\u0663", "80GB", "-5"])
+    product = st.sampled_from(["A100", "H100", "", "\u00e9\u00e9"]) | st.text(max_size=6)
+    return st.fixed_dictionaries(
+        {},
+        optional={
+            "nvidia.com/gpu.count": count,
+            "nvidia.com/gpu.memory": memory,
+            "nvidia.com/gpu.product": product,
+        },
+    )
+
+
+_CARD_FIELDS = {
+    "index": st.integers(-2, 70) | st.sampled_from([True, "0", 1.0, None, 2**64]),
+    "model": st.sampled_from(["A100", "H100", "T4", ""]) | st.integers() | st.none(),
+    "memoryMiB": st.sampled_from([81920, 16384, 0, 2**31 - 1, 2**31, -1, 1.5, "80GB", None, True]),
+    "nvlinkIsland": st.integers(-3, 130) | st.sampled_from([True, "0", 1.5]),
+    "numa": st.integers(-(2**70), 2**70) | st.sampled_from([None, "0"]),
+    "healthy": st.booleans() | st.sampled_from(["yes", 1, None]),
+    "uuid": st.text(max_size=8) | st.integers(),
+}
+
+
+@st.composite
+def gpu_inventories(draw: st.DrawFn) -> Any:
+    """The gpusched.io/gpu-inventory annotation: usually a JSON list of cards (well-formed,
+    with a field broken, too many, ids out of range), sometimes not JSON or not a list."""
+    kind = draw(st.sampled_from(["good", "good", "mutated", "many", "garbage", "text", "nonstr"]))
+    if kind == "text":
+        return draw(st.sampled_from(["", "[", "{}", "null", "[1,2]", "[{]", "\u0663"]))
+    if kind == "nonstr":
+        return draw(_GARBAGE)
+    if kind == "garbage":
+        return json.dumps(draw(_GARBAGE))
+    n = draw(st.integers(0, 10)) if kind != "many" else draw(st.sampled_from([63, 64, 1025]))
+    model = draw(st.sampled_from(["A100", "H100", "T4"]))
+    mem = draw(st.sampled_from([81920, 16384, 0, 2**31 - 1]))
+    cards: list[Any] = [
+        {"index": i, "model": model, "memoryMiB": mem, "nvlinkIsland": i // 4, "healthy": True}
+        for i in range(n)
+    ]
+    if kind == "mutated" and cards:
+        i = draw(st.integers(0, n - 1))
+        fields = draw(st.dictionaries(st.sampled_from(sorted(_CARD_FIELDS)), st.none(), min_size=1))
+        for f in fields:
+            cards[i][f] = draw(_CARD_FIELDS[f])
+        if draw(st.booleans()):
+            cards[i] = draw(_GARBAGE)
+    return json.dumps(cards)
+
+
+def _taints() -> st.SearchStrategy[Any]:
+    taint = st.fixed_dictionaries(
+        {
+            "key": st.sampled_from(["gpu", "dedicated", ""]) | st.text(max_size=5),
+            "effect": st.sampled_from(["NoSchedule", "NoExecute", "PreferNoSchedule", "Bad"]),
+        },
+        optional={"value": st.sampled_from(["true", ""]) | st.integers()},
+    )
+    return st.lists(taint | _GARBAGE, max_size=3) | _GARBAGE
+
+
+@st.composite
+def raw_nodes(draw: st.DrawFn, name: str | st.SearchStrategy[str] = "n0") -> dict[str, Any]:
+    """A Node object as the node watch delivers it, hostile or malformed in any part."""
+    node_name = name if isinstance(name, str) else draw(name)
+    labels: Any = {
+        **draw(st.dictionaries(_LABEL_KEYS, _LABEL_VALUES, max_size=4)),
+        **draw(_gfd_labels()),
+    }
+    if draw(st.integers(0, 9)) == 0:
+        n = draw(st.sampled_from([500, 5000]))
+        labels.update({f"bulk.example.com/k{i}": str(i) for i in range(n)})
+    if draw(st.integers(0, 9)) == 0:
+        labels = draw(_GARBAGE)
+    elif draw(st.integers(0, 9)) == 0 and labels:
+        labels[draw(st.sampled_from(sorted(labels)))] = draw(_GARBAGE)
+    annotations: Any = {}
+    if draw(st.booleans()):
+        annotations["gpusched.io/gpu-inventory"] = draw(gpu_inventories())
+    if draw(st.integers(0, 19)) == 0:
+        annotations = draw(_GARBAGE)
+    alloc = draw(
+        st.fixed_dictionaries(
+            {},
+            optional={
+                "cpu": QUANTITIES,
+                "memory": QUANTITIES,
+                "pods": QUANTITIES,
+                "nvidia.com/gpu": QUANTITIES | st.sampled_from(["0", "1", "4", "8"]),
+            },
+        )
+    )
+    status: Any = {draw(st.sampled_from(["allocatable", "capacity"])): alloc}
+    if draw(st.integers(0, 19)) == 0:
+        status = draw(_GARBAGE)
+    spec: Any = {"taints": draw(_taints()), "unschedulable": draw(st.booleans())}
+    meta: Any = {
+        "name": node_name,
+        "uid": f"uid-{node_name}",
+        "labels": labels,
+        "annotations": annotations,
+    }
+    return {"metadata": meta, "spec": spec, "status": status}
+
+
+_RESOURCES = ("cpu", "memory", "nvidia.com/gpu", "ephemeral-storage")
+
+
+def _resource_lists() -> st.SearchStrategy[Any]:
+    """Mostly sensible requests (so pods also get placed), else any quantity or type."""
+    sensible = st.fixed_dictionaries(
+        {},
+        optional={
+            "cpu": st.sampled_from(["100m", "1", "2"]),
+            "memory": st.sampled_from(["1Gi", "4Gi"]),
+            "nvidia.com/gpu": st.sampled_from(["1", "2", "8"]),
+        },
+    )
+    fuzzed = st.dictionaries(st.sampled_from(_RESOURCES), QUANTITIES, max_size=3)
+    return st.one_of(sensible, sensible, fuzzed, _WRONG)
+
+
+def _containers(prefix: str) -> st.SearchStrategy[Any]:
+    container = st.fixed_dictionaries(
+        {"name": st.sampled_from([f"{prefix}0", f"{prefix}1"])},
+        optional={
+            "resources": st.fixed_dictionaries(
+                {}, optional={"requests": _resource_lists(), "limits": _resource_lists()}
+            )
+            | _WRONG,
+            "restartPolicy": st.sampled_from(["Always", "Never", 5]),
+        },
+    )
+    return st.lists(container | _WRONG, max_size=3) | _WRONG
+
+
+_POD_ANNOTATION_VALUES = {
+    "gpusched.io/gpu-milli": [
+        "1",
+        "250",
+        "500",
+        "1000",
+        "0",
+        "1001",
+        "-5",
+        "\u0663",
+        "\u00b2",
+        "2_50",
+        "",
+    ],
+    "gpusched.io/gpu-memory-mib": ["1024", "16384", "0", str(2**31), "\u0663", "1e3"],
+    "gpusched.io/gpu-model": ["A100", "A100|H100", "T4", "", "|", "A100||H100", "nope"],
+    "gpusched.io/nvlink": ["required", "preferred", "none", "REQUIRED", "maybe", ""],
+    "gpusched.io/gpu-ids": ["0", "1", "0,1", "1,1", "7", "99", "100", "\u0663", "-1", "0,", ""],
+    "gpusched.io/gpu-milli-assigned": ["250", "1000", "0", "1001", "\u00b2", "x"],
+    "gpusched.io/preemptible": ["true", "false", "yes"],
+    "gpusched.io/last-checkpoint-time": [
+        "2024-01-01T00:00:00Z",
+        "yesterday",
+        "9999-12-31T23:59:59-23:59",
+    ],
+    "gpusched.io/checkpoint-interval-seconds": ["60", "0", "\u0663"],
+    "scheduling.ai/gang-name": ["g1", "", " "],
+    "scheduling.ai/gang-total": ["2", "0", "x"],
+    "gpusched.io/gpu-mili": ["250"],  # a typo of gpu-milli
+}
+
+
+def _pod_annotations() -> st.SearchStrategy[Any]:
+    value = {k: st.sampled_from(v) | st.text(max_size=4) for k, v in _POD_ANNOTATION_VALUES.items()}
+    sensible = st.fixed_dictionaries(
+        {},
+        optional={
+            "gpusched.io/gpu-milli": st.sampled_from(["250", "500", "1000"]),
+            "gpusched.io/gpu-model": st.sampled_from(["A100", "T4", "A100|T4"]),
+            "gpusched.io/nvlink": st.sampled_from(["preferred", "required"]),
+        },
+    )
+    shared = st.fixed_dictionaries(
+        {"gpusched.io/gpu-milli": st.sampled_from(["100", "250", "500"])}
+    )
+    return st.one_of(sensible, shared, st.fixed_dictionaries({}, optional=value), _WRONG)
+
+
+_SELECTOR_KEYS = st.sampled_from(["pool", RACK_LABEL, "kubernetes.io/hostname", "", "x" * 70])
+
+
+def _affinity() -> st.SearchStrategy[Any]:
+    requirement = st.fixed_dictionaries(
+        {
+            "key": _SELECTOR_KEYS | st.integers(),
+            "operator": st.sampled_from(
+                ["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt", "Bad"]
+            ),
+        },
+        optional={
+            "values": st.lists(st.sampled_from(["a", "r1", "1", "\u0663", "x" * 70]), max_size=3)
+            | _WRONG
+        },
+    )
+    term = st.fixed_dictionaries(
+        {}, optional={"matchExpressions": st.lists(requirement | _WRONG, max_size=2) | _WRONG}
+    )
+    required = st.fixed_dictionaries(
+        {"nodeSelectorTerms": st.lists(term | _WRONG, max_size=2) | _WRONG}
+    )
+    preferred = st.lists(
+        st.fixed_dictionaries(
+            {"weight": st.integers(-5, 200) | _WRONG, "preference": term | _WRONG}
+        ),
+        max_size=2,
+    )
+    node_affinity = st.fixed_dictionaries(
+        {},
+        optional={
+            "requiredDuringSchedulingIgnoredDuringExecution": required | _WRONG,
+            "preferredDuringSchedulingIgnoredDuringExecution": preferred | _WRONG,
+        },
+    )
+    return st.fixed_dictionaries({"nodeAffinity": node_affinity | _WRONG}) | _WRONG
+
+
+def _tolerations() -> st.SearchStrategy[Any]:
+    toleration = st.fixed_dictionaries(
+        {},
+        optional={
+            "key": st.sampled_from(["gpu", "dedicated", ""]) | _WRONG,
+            "operator": st.sampled_from(["Exists", "Equal", "Bad"]) | _WRONG,
+            "value": st.sampled_from(["true", ""]) | _WRONG,
+            "effect": st.sampled_from(["NoSchedule", "NoExecute", ""]) | _WRONG,
+            "tolerationSeconds": st.integers() | _WRONG,
+        },
+    )
+    return st.lists(toleration | _WRONG, max_size=3) | _WRONG
+
+
+def _pod_status() -> st.SearchStrategy[Any]:
+    status = st.fixed_dictionaries(
+        {"resources": st.fixed_dictionaries({}, optional={"requests": _resource_lists()}) | _WRONG},
+        optional={
+            "name": st.sampled_from(["c0", "c1", "i0"]),
+            "allocatedResources": _resource_lists(),
+        },
+    )
+    condition = st.fixed_dictionaries(
+        {"type": st.just("PodResizePending"), "reason": st.sampled_from(["Infeasible", "Deferred"])}
+    )
+    return st.fixed_dictionaries(
+        {"phase": st.sampled_from(["Pending", "Running", "Succeeded", "Failed", ""])},
+        optional={
+            "containerStatuses": st.lists(status, max_size=2) | _WRONG,
+            "initContainerStatuses": st.lists(status, max_size=1),
+            "conditions": st.lists(condition | _WRONG, max_size=2),
+            "resize": st.sampled_from(["Infeasible", "InProgress"]),
+        },
+    )
+
+
+@st.composite
+def raw_pods(draw: st.DrawFn, uid: str = "u0", node_names: tuple[str, ...] = ()) -> dict[str, Any]:
+    """A Pod object as the pod watch delivers it, for the ai-scheduler profile: bound to one
+    of `node_names` (or an unknown node) when that is non-empty, else pending."""
+    spec: dict[str, Any] = {
+        "schedulerName": "ai-scheduler",
+        "containers": draw(_containers("c")),
+    }
+    optional = {
+        "initContainers": _containers("i"),
+        "overhead": _resource_lists(),
+        "resources": st.fixed_dictionaries({"requests": _resource_lists()}) | _WRONG,
+        "nodeSelector": st.dictionaries(
+            _SELECTOR_KEYS, st.sampled_from(["a", "r1"]) | _WRONG, max_size=2
+        )
+        | _WRONG,
+        "affinity": _affinity(),
+        "tolerations": _tolerations(),
+        "priority": st.integers(-(2**70), 2**70) | _WRONG,
+    }
+    spec.update(draw(st.fixed_dictionaries({}, optional=optional)))
+    if node_names:
+        spec["nodeName"] = draw(st.sampled_from([*node_names, "unknown-node"]))
+    labels = draw(
+        st.fixed_dictionaries(
+            {},
+            optional={
+                "ai.training/job-id": st.sampled_from(["j1", "j2", ""]) | _WRONG,
+                "scheduling.x-k8s.io/pod-group": st.sampled_from(["pg", ""]),
+                "gpusched.io/tenant": st.sampled_from(["t1", ""]),
+            },
+        )
+        | _WRONG
+    )
+    meta = {
+        "name": f"p-{uid}",
+        "namespace": draw(st.sampled_from(["ns", "other"])),
+        "uid": uid,
+        "labels": labels,
+        "annotations": draw(_pod_annotations()),
+        "creationTimestamp": draw(
+            st.sampled_from(["2024-01-01T00:00:00Z", "", "garbage", "9999-12-31T23:59:59-23:59"])
+        ),
+    }
+    return {"metadata": meta, "spec": spec, "status": draw(_pod_status())}
+
+
+# --- configuration documents for fuzzing: the defaults with any part mutated -------------
+
+_CONFIG_VALUES: st.SearchStrategy[Any] = st.one_of(
+    st.integers(-3, 100),
+    st.sampled_from([0, -1, 2**63, 2**64, 10**30, 63, 64, 1e308, 1.7976931348623157e308, 5e-324]),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.sampled_from(["", "*", "x", "ai-scheduler", "Kube-System", "a/b", "\u0663", "1"]),
+    st.booleans(),
+    _WRONG,
+    _GARBAGE,
+)
+
+
+def _paths(data: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Every key path into nested mappings and lists (the places a mutation can hit)."""
+    out = [prefix]
+    if isinstance(data, dict):
+        for k, v in data.items():
+            out += _paths(v, (*prefix, k))
+    elif isinstance(data, list):
+        for i, v in enumerate(data):
+            out += _paths(v, (*prefix, i))
+    return out
+
+
+def _config_base(registry: Registry) -> dict[str, Any]:
+    """The example manifest's shape: every setting and every plugin's default args written
+    out, so a mutation can reach any field."""
+    doc = config_to_document(default_config(registry))
+    profile = doc["profiles"][0]
+    second = {**profile, "schedulerName": "least-allocated"}
+    doc["profiles"] = [profile, second]
+    return doc
+
+
+@st.composite
+def config_documents(draw: st.DrawFn, registry: Registry) -> Any:
+    """A scheduler configuration document: the full default one with 0-4 values replaced
+    (right type out of range, wrong type, nested garbage), keys added or removed; sometimes
+    not a mapping at all."""
+    if draw(st.integers(0, 19)) == 0:
+        return draw(_GARBAGE)
+    doc = _config_base(registry)
+    for _ in range(draw(st.integers(0, 4))):
+        path = draw(st.sampled_from(_paths(doc)))
+        if not path:
+            continue
+        parent = doc
+        for step in path[:-1]:
+            parent = parent[step]
+        action = draw(st.sampled_from(["replace", "replace", "delete", "add"]))
+        if action == "replace":
+            parent[path[-1]] = draw(_CONFIG_VALUES)
+        elif action == "delete":
+            del parent[path[-1]]
+        elif isinstance(parent, dict):
+            parent[draw(st.sampled_from(["extra", "weight", "name", "args", 5, None]))] = draw(
+                _CONFIG_VALUES
+            )
+        else:
+            parent.append(draw(_CONFIG_VALUES))
+    return doc

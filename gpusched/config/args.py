@@ -130,6 +130,9 @@ def yaml_key(f: dataclasses.Field[Any]) -> str:
 
 
 def join(path: str, key: str) -> str:
+    if not key.strip():
+        # A blank key would leave the path empty (": unknown field"): show it quoted.
+        key = f"[{key!r}]"
     if not path:
         return key
     return f"{path}{key}" if key.startswith("[") else f"{path}.{key}"

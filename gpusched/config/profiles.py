@@ -54,6 +54,9 @@ class _PluginSet:
 
 
 _POINT_BY_NAME = {p.value: p for p in Point}
+# Weights are relative (0.40, 0.05, 0.25 by default); far above any policy, far below where
+# a total of weight x 100 over every score plugin stops being a finite float.
+MAX_WEIGHT = 1e6
 _SET_KEYS = (*_POINT_BY_NAME, MULTI_POINT)
 _PROFILE_KEYS = ("schedulerName", "plugins", "pluginConfig")
 
@@ -280,6 +283,11 @@ def _enabled_item(
             return None
         if not raw_w > 0 or raw_w == float("inf"):
             errs.add(f"{ipath}.weight", f"must be a positive finite number, got {show(raw_w)}")
+            return None
+        if raw_w > MAX_WEIGHT:
+            # weight x 100 points summed over the plugins overflowed to inf, then inf - inf
+            # made every total NaN and no node was ever selected.
+            errs.add(f"{ipath}.weight", f"must be at most {MAX_WEIGHT:g}, got {show(raw_w)}")
             return None
         weight = float(raw_w)
     return _Entry(name, weight, ipath)

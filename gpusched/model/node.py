@@ -6,6 +6,7 @@ the hot path reads the snapshot's columns, never these objects.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -68,14 +69,53 @@ class TopologyKeys:
     spine: str = keys.SPINE_LABEL
 
 
-def _quantity(res: Mapping[str, Any], name: str, parse: Any, default: int) -> tuple[int, str]:
+# A node's resources as the int64/int32 snapshot columns hold them: no node has more, and a
+# pod's request is clamped to the same bound (model/pod.py MAX_REQUEST).
+MAX_NODE_RESOURCE = 2**62
+MAX_NODE_PODS = 2**31 - 1
+
+
+def _quantity(
+    res: Mapping[str, Any], name: str, parse: Any, default: int, hi: int = MAX_NODE_RESOURCE
+) -> tuple[int, str]:
     raw = res.get(name)
     if raw is None:
         return default, ""
+    where = f"status.allocatable[{name!r}]"
     try:
-        return int(parse(raw)), ""
+        value = int(parse(raw))
     except QuantityError as exc:
-        return default, f"status.allocatable[{name!r}]: {exc}"
+        return default, f"{where}: {exc}"
+    if not 0 <= value <= hi:
+        return default, f"{where}={raw!r} is out of range (0-{hi}); using {default}"
+    return value, ""
+
+
+def _mapping(
+    parent: Mapping[str, Any], key: str, where: str, warnings: list[str]
+) -> dict[str, Any]:
+    """`parent[key]` when it is a JSON object; anything else is reported and read as empty."""
+    value = parent.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        warnings.append(f"{where}{key} is {type(value).__name__}, not an object; ignored")
+        return {}
+    return value
+
+
+def _strings(raw: Mapping[str, Any], where: str, warnings: list[str]) -> dict[str, str]:
+    """The string entries of a label or annotation map (the API server allows no others)."""
+    out: dict[str, str] = {}
+    for k, v in raw.items():
+        if isinstance(k, str) and isinstance(v, str):
+            out[k] = v
+        else:
+            warnings.append(f"{where}[{k!r}]={v!r} is not a string; ignored")
+    return out
+
+
+_COUNT = re.compile(r"[0-9]{1,18}")  # a label integer: ASCII digits only ('٣' is not 3)
 
 
 # Bounds on what a node's own data can make us allocate or store. Far above any real node
@@ -85,8 +125,10 @@ MAX_PARSED_CARDS = 1024
 MAX_CARD_MEMORY_MIB = 2**31 - 1
 
 
-def _parse_inventory(raw: str) -> tuple[tuple[Card, ...], str]:
+def _parse_inventory(raw: object) -> tuple[tuple[Card, ...], str]:
     """Cards from the gpusched.io/gpu-inventory JSON; ("", error) names what is wrong."""
+    if not isinstance(raw, str):
+        return (), f"annotation {keys.GPU_INVENTORY} must be a string, got {type(raw).__name__}"
     try:
         data = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
@@ -150,9 +192,9 @@ def _gfd_cards(labels: Mapping[str, str], gpus: int) -> tuple[tuple[Card, ...], 
     warnings: list[str] = []
     model = labels.get(keys.GFD_PRODUCT, "")
     mem_raw = labels.get(keys.GFD_MEMORY, "0")
-    try:
+    if _COUNT.fullmatch(mem_raw):
         memory = int(mem_raw)
-    except ValueError:
+    else:
         warnings.append(f"label {keys.GFD_MEMORY}={mem_raw!r} is not an integer MiB; using 0")
         memory = 0
     if not 0 <= memory <= MAX_CARD_MEMORY_MIB:
@@ -163,28 +205,33 @@ def _gfd_cards(labels: Mapping[str, str], gpus: int) -> tuple[tuple[Card, ...], 
     return tuple(Card(index=i, model=model, memory_mib=memory) for i in range(gpus)), warnings
 
 
-def node_from_k8s(obj: Mapping[str, Any], topo: TopologyKeys | None = None) -> NodeModel:
+def node_from_k8s(obj: object, topo: TopologyKeys | None = None) -> NodeModel:
     """Parse a Kubernetes Node. Never raises on bad data: the node is kept with a fallback
     and the problems are listed in `warnings` (an unusable node would lose capacity)."""
     topo = topo or TopologyKeys()
-    meta = obj.get("metadata") or {}
-    spec = obj.get("spec") or {}
-    status = obj.get("status") or {}
-    labels: dict[str, str] = dict(meta.get("labels") or {})
-    annotations: Mapping[str, str] = meta.get("annotations") or {}
-    alloc: Mapping[str, Any] = status.get("allocatable") or status.get("capacity") or {}
     warnings: list[str] = []
+    if not isinstance(obj, Mapping):
+        warnings.append(f"the node is {type(obj).__name__}, not an object")
+        obj = {}
+    meta = _mapping(obj, "metadata", "", warnings)
+    spec = _mapping(obj, "spec", "", warnings)
+    status = _mapping(obj, "status", "", warnings)
+    labels = _strings(_mapping(meta, "labels", "metadata.", warnings), "metadata.labels", warnings)
+    annotations = _mapping(meta, "annotations", "metadata.", warnings)
+    alloc = _mapping(status, "allocatable", "status.", warnings) or _mapping(
+        status, "capacity", "status.", warnings
+    )
 
     cpu, w1 = _quantity(alloc, "cpu", to_milli, 0)
     mem, w2 = _quantity(alloc, "memory", to_int, 0)
-    pods, w3 = _quantity(alloc, "pods", to_int, 110)
+    pods, w3 = _quantity(alloc, "pods", to_int, 110, MAX_NODE_PODS)
     gpus, w4 = _quantity(alloc, keys.GPU_RESOURCE, to_int, -1)
     warnings += [w for w in (w1, w2, w3, w4) if w]
 
     cards: tuple[Card, ...] = ()
     source = "none"
-    raw_inv = annotations.get(keys.GPU_INVENTORY)
-    if raw_inv is not None:
+    if keys.GPU_INVENTORY in annotations:  # a null value too: said, not taken as absent
+        raw_inv = annotations[keys.GPU_INVENTORY]
         cards, err = _parse_inventory(raw_inv)
         if err:
             warnings.append(err + "; falling back to GPU Feature Discovery labels")
@@ -193,12 +240,11 @@ def node_from_k8s(obj: Mapping[str, Any], topo: TopologyKeys | None = None) -> N
     if source == "none":
         count = gpus
         if count < 0:
-            try:
-                count = int(labels.get(keys.GFD_COUNT, "0"))
-            except ValueError:
-                warnings.append(
-                    f"label {keys.GFD_COUNT}={labels.get(keys.GFD_COUNT)!r} is not an integer"
-                )
+            raw_count = labels.get(keys.GFD_COUNT, "0")
+            if _COUNT.fullmatch(raw_count):
+                count = int(raw_count)
+            else:
+                warnings.append(f"label {keys.GFD_COUNT}={raw_count!r} is not an integer")
                 count = 0
         if count > MAX_PARSED_CARDS:
             warnings.append(
@@ -223,9 +269,13 @@ def node_from_k8s(obj: Mapping[str, Any], topo: TopologyKeys | None = None) -> N
             for c in cards
         )
 
+    raw_taints = spec.get("taints") or []
+    if not isinstance(raw_taints, list):
+        warnings.append(f"spec.taints is {type(raw_taints).__name__}, not a list; ignored")
+        raw_taints = []
     taints = tuple(
         Taint(str(t.get("key", "")), str(t.get("value", "")), str(t.get("effect", "")))
-        for t in (spec.get("taints") or [])
+        for t in raw_taints
         if isinstance(t, dict)
     )
     return NodeModel(

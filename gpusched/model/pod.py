@@ -32,7 +32,7 @@ from typing import Any
 
 from gpusched.model import keys
 from gpusched.model.node import FULL_CARD_MILLI
-from gpusched.model.quantity import QuantityError, to_int, to_milli
+from gpusched.model.quantity import QuantityError, QuantityRangeError, to_int, to_milli
 
 
 class NVLink(enum.IntEnum):
@@ -135,21 +135,30 @@ def _quantity(raw: str, milli: bool) -> int:
     return to_milli(raw) if milli else to_int(raw)
 
 
-def _parse(name: str, raw: Any) -> int:
+def _parse(name: str, raw: Any, errors: list[str], where: str) -> int | None:
+    """The quantity in the model's unit; None (and an error naming `where`) if malformed. A
+    quantity beyond int64 is reported and clamped, so a bound pod is never charged less than
+    it asked for."""
     milli = name == "cpu"
-    if isinstance(raw, str):
-        return _quantity(raw, milli)
-    return to_milli(raw) if milli else to_int(raw)
+    try:
+        if isinstance(raw, str):
+            return _quantity(raw, milli)
+        return to_milli(raw) if milli else to_int(raw)
+    except QuantityRangeError as exc:
+        errors.append(f"{where}: {exc}")
+        return 0 if exc.negative else MAX_REQUEST
+    except QuantityError as exc:
+        errors.append(f"{where}: {exc}")
+        return None
 
 
 def _requests(
     requests: Mapping[str, Any], errors: list[str], where: str, out: dict[str, int]
 ) -> dict[str, int]:
     for name, raw in requests.items():
-        try:
-            out[name] = _parse(name, raw)
-        except QuantityError as exc:
-            errors.append(f"{where}[{name!r}]: {exc}")
+        value = _parse(name, raw, errors, f"{where}[{name!r}]")
+        if value is not None:
+            out[name] = value
     return out
 
 
@@ -256,10 +265,9 @@ def pod_resource_requests(
     pod_level = _resource_list(_resource_list(spec.get("resources")).get("requests"))
     for name in ("cpu", "memory"):
         if name in pod_level:
-            try:
-                total[name] = _parse(name, pod_level[name])
-            except QuantityError as exc:
-                errors.append(f"spec.resources.requests[{name!r}]: {exc}")
+            value = _parse(name, pod_level[name], errors, f"spec.resources.requests[{name!r}]")
+            if value is not None:
+                total[name] = value
     overhead = _resource_list(spec.get("overhead"))
     if overhead:
         _add(total, _requests(overhead, errors, "spec.overhead", {}))

@@ -18,7 +18,17 @@ from collections.abc import Sequence
 import numpy as np
 
 from gpusched.framework.snapshot import MAX_CARDS_LIMIT, NO_CARD, NodeColumns
-from gpusched.model.node import FULL_CARD_MILLI, NodeModel
+from gpusched.model.node import (
+    FULL_CARD_MILLI,
+    MAX_CARD_MEMORY_MIB,
+    MAX_NODE_PODS,
+    MAX_NODE_RESOURCE,
+    NodeModel,
+)
+
+# What the card columns hold: int8 island ids, int16 model ids.
+MAX_ISLAND = 126
+MAX_MODELS = 2**15 - 1
 
 
 class Snapshot(NodeColumns):
@@ -37,12 +47,7 @@ class Snapshot(NodeColumns):
         taints as they were; those rows skip the card-column rebuild (measured in
         bench/kernels.py).
         """
-        if len(node.cards) > self.max_cards:
-            raise ValueError(
-                f"node {node.name} has {len(node.cards)} cards, more than maxCardsPerNode"
-                f" ({self.max_cards}); raise maxCardsPerNode in the scheduler configuration"
-                f" (at most {MAX_CARDS_LIMIT})"
-            )
+        self._check(node)
         row = self.rows.get(node.name)
         if row is None:
             if not self._free_rows:
@@ -89,6 +94,48 @@ class Snapshot(NodeColumns):
         self.node_valid[row] = True
         self.touch(row)
         return row
+
+    def _check(self, node: NodeModel) -> None:
+        """ValueError, before anything is written, for a node the columns cannot hold: a
+        failure half-way would leave a row filed under the name with stale columns."""
+        if len(node.cards) > self.max_cards:
+            raise ValueError(
+                f"node {node.name} has {len(node.cards)} cards, more than maxCardsPerNode"
+                f" ({self.max_cards}); raise maxCardsPerNode in the scheduler configuration"
+                f" (at most {MAX_CARDS_LIMIT})"
+            )
+        for what, value, hi in (
+            ("cpu", node.cpu_milli, MAX_NODE_RESOURCE),
+            ("memory", node.memory_bytes, MAX_NODE_RESOURCE),
+            ("pods", node.pods, MAX_NODE_PODS),
+        ):
+            if not 0 <= value <= hi:
+                raise ValueError(f"node {node.name}: {what}={value} is out of range (0-{hi})")
+        seen: set[int] = set()
+        new_models: set[str] = set()
+        for c in node.cards:
+            if not 0 <= c.index < self.max_cards or c.index in seen:
+                raise ValueError(
+                    f"node {node.name}: card index {c.index} is out of range or repeated"
+                    f" (0-{self.max_cards - 1}, each once)"
+                )
+            seen.add(c.index)
+            if not 0 <= c.memory_mib <= MAX_CARD_MEMORY_MIB:
+                raise ValueError(
+                    f"node {node.name}: card {c.index} memoryMiB={c.memory_mib} is out of range"
+                )
+            if not -1 <= c.nvlink_island <= MAX_ISLAND:
+                raise ValueError(
+                    f"node {node.name}: card {c.index} nvlinkIsland={c.nvlink_island} is out"
+                    f" of range (-1-{MAX_ISLAND})"
+                )
+            if self.models.find(c.model) < 0:
+                new_models.add(c.model)
+        if len(self.models.values) + len(new_models) > MAX_MODELS:
+            raise ValueError(
+                f"node {node.name}: more than {MAX_MODELS} distinct GPU models seen; model"
+                f" {sorted(new_models)[0]!r} not added"
+            )
 
     def _set_cards(self, row: int, node: NodeModel) -> None:
         """Rewrite a row's card columns, keeping each slot's used share.

@@ -34,6 +34,7 @@ from gpusched.plugins.helper.gpu_state import (
     CARD_HINT,
     GPU_REQUEST,
     GPU_SUMMARY,
+    GpuRequest,
     SummaryCache,
     gpu_request,
     restrict,
@@ -67,9 +68,22 @@ class GPUFit:
         state.write(GPU_REQUEST, request)
         return None, Status()
 
+    def _request(self, state: CycleState, pod: PodInfo) -> GpuRequest | None:
+        """What PreFilter wrote, or worked out now when a profile runs GPUFit at Filter or
+        Reserve without its PreFilter (the cycle state then has no request: Filter raised
+        KeyError for every pod and Reserve chose no cards for a GPU pod)."""
+        request = state.get(GPU_REQUEST)
+        if request is None:
+            request = gpu_request(self.handle.snapshot, pod)
+            if request is not None:
+                state.write(GPU_REQUEST, request)
+        return request
+
     def filter(self, state: CycleState, pod: PodInfo, candidates: Mask) -> FilterResult:
         snap = self.handle.snapshot
-        request = state.read(GPU_REQUEST)
+        request = self._request(state, pod)
+        if request is None:
+            return FilterResult(candidates.copy())  # no GPU asked: every node fits
         summary = restrict(
             self.summaries.summary(snap, request, pod.request.gpu_models), candidates
         )
@@ -95,7 +109,7 @@ class GPUFit:
         return FilterResult(summary.fit, reasons, codes)
 
     def reserve(self, state: CycleState, pod: PodInfo, node: str) -> Status:
-        request = state.get(GPU_REQUEST)
+        request = self._request(state, pod)
         if request is None:
             return Status()
         snap = self.handle.snapshot

@@ -46,5 +46,6 @@ class RandomScore:
 
     def score(self, state: CycleState, pod: PodInfo, rows: Rows) -> Scores:
         out = np.zeros(len(rows), np.float64)
-        out[rows == state.read(_PICK)] = 100.0
+        # Without its PreScore (a profile may disable it) nothing was picked: all tie.
+        out[rows == state.get(_PICK, -1)] = 100.0
         return out

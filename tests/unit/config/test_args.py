@@ -254,3 +254,11 @@ def test_unresolvable_annotation_is_reported_as_plugin_bug() -> None:
 def test_non_string_key() -> None:
     with pytest.raises(ConfigError, match=r"^a\.1: field names must be strings, got 1"):
         convert(ThermalArgs, {1: 2}, "a")
+
+
+@pytest.mark.parametrize(("path", "shown"), [("", "['']"), ("a", "a['']")])
+def test_a_blank_key_is_shown_quoted_in_the_path(path: str, shown: str) -> None:
+    """An empty key gave the path "" (the message read ": unknown field ...")."""
+    with pytest.raises(ConfigError) as ei:
+        convert(ThermalArgs, {"": 2}, path)
+    assert ei.value.path == shown and str(ei.value).startswith(f"{shown}: unknown field")

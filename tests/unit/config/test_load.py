@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import re
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gpusched.config import (
     DEFAULT_PLUGINS,
@@ -19,8 +24,19 @@ from gpusched.config import (
 )
 from gpusched.config.profile import ConfigError, PluginRef, Point
 from gpusched.core.runtime.validate import validate_profiles
+from gpusched.core.schedule_one import Result
 from gpusched.framework.registry import Registry
-from tests.builders import CONFIG_HEAD, config_load_error, config_plugins
+from gpusched.plugins import default_registry
+from gpusched.sim.engine import Simulation
+from tests.builders import (
+    CONFIG_HEAD,
+    ai_pod,
+    config_documents,
+    config_load_error,
+    config_plugins,
+    fuzz_settings,
+    gpu_node,
+)
 from tests.fake_plugins import (
     FitArgs,
     ThermalArgs,
@@ -174,3 +190,66 @@ def test_document_round_trip(registry: Registry) -> None:
         registry,
     )
     assert config_from_dict(config_to_document(custom), registry) == custom
+
+
+# --- fuzzed documents: a configuration or a ConfigError naming the path, nothing else ------
+
+_TOP_KEYS = (
+    "<root>",
+    "<text>",
+    "apiVersion",
+    "kind",
+    "profiles",
+    "clientConnection",
+    "leaderElection",
+    "watch",
+    "liveness",
+    "topologyKeys",
+    "podInitialBackoffSeconds",
+    "podMaxBackoffSeconds",
+    "podMaxInUnschedulablePodsDurationSeconds",
+    "maxCardsPerNode",
+    "tieBreakSeed",
+)
+
+
+def _names_a_path(error: ConfigError, doc: Any) -> None:
+    """Each error starts with a non-blank path whose head is a field of the schema or a key
+    the document has (an unknown field)."""
+    keys = {str(k) for k in doc} if isinstance(doc, dict) else set()
+    errors = error.errors if isinstance(error, ConfigErrors) else (error,)
+    for e in errors:
+        assert e.path.strip() and str(e).startswith(f"{e.path}: "), str(e)
+        head = re.split(r"[.\[]", e.path, maxsplit=1)[0]
+        known = head in _TOP_KEYS or e.path.startswith("[")
+        assert known or any(e.path.startswith(k) for k in keys), str(e)
+        assert len(str(e)) < 2000, str(e)[:200]  # a message, not a dump of the document
+
+
+@given(doc=config_documents(default_registry()), as_yaml=st.booleans())
+@fuzz_settings(150)
+def test_any_document_is_a_configuration_that_builds_or_a_config_error_naming_the_path(
+    doc: Any, as_yaml: bool
+) -> None:
+    reg = default_registry()
+    source = yaml.safe_dump(doc) if as_yaml else doc
+    try:
+        cfg = load_config(source, reg) if as_yaml or isinstance(doc, dict) else None
+        if cfg is None:
+            cfg = config_from_dict(doc, reg)
+        validate_profiles(cfg, reg)
+    except ConfigError as exc:
+        _names_a_path(exc, doc)
+        return
+    assert cfg.profiles and 1 <= cfg.max_cards_per_node <= 63
+    assert config_from_dict(config_to_document(cfg), reg) == cfg  # it round-trips
+    # A configuration that loads and builds also schedules: a CPU and a GPU pod per profile.
+    for profile in cfg.profiles:
+        sim = Simulation([gpu_node("a"), gpu_node("b")], profile, reg, seed=1, max_cards=8)
+        decision = sim.submit(ai_pod("cpu"))
+        assert decision.result is Result.SCHEDULED, decision.message
+        decision = sim.submit(ai_pod("gpu", gpu_milli=300))
+        # A profile without GPUFit at Reserve cannot place a GPU pod, and says so.
+        assert decision.result is Result.SCHEDULED or (
+            decision.result is Result.ERROR and "enable GPUFit at Reserve" in decision.message
+        ), decision.message

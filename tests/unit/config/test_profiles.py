@@ -230,6 +230,12 @@ def test_multipoint_disabled_name_removes_it_everywhere(registry: Registry) -> N
             " got -1.5",
         ),
         (
+            # Finite, but weight x 100 summed overflowed to inf: every total became NaN and
+            # no node was ever selected (found by the config fuzz test).
+            {"name": "Spread", "weight": 1e308},
+            "profiles[0].plugins.score.enabled[Spread].weight: must be at most 1e+06, got 1e+308",
+        ),
+        (
             {"name": "Spread", "weight": "high"},
             "profiles[0].plugins.score.enabled[Spread].weight: expected a number, got 'high'",
         ),

@@ -6,14 +6,29 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gpusched.core.cache.cache import ClusterCache
+from gpusched.core.cache.snapshot import Snapshot
 from gpusched.core.events import ClusterEvents
 from gpusched.core.queue import SchedulingQueue
+from gpusched.framework.snapshot import NO_CARD
 from gpusched.model import keys
-from gpusched.model.node import NodeModel
+from gpusched.model.node import NodeModel, node_from_k8s
 from gpusched.model.pod import PodInfo, pod_from_k8s
 from gpusched.plugins.priority_sort import PrioritySort
 from gpusched.sim.engine import Simulation
-from tests.builders import ai_pod, ai_sim, cache_with, gpu_node
+from tests.builders import (
+    ai_pod,
+    ai_sim,
+    cache_with,
+    fuzz_settings,
+    gpu_node,
+    node,
+    raw_nodes,
+    raw_pods,
+)
 from tests.fakes import Clock
 
 
@@ -141,3 +156,117 @@ def test_an_update_wakes_the_pods_it_may_help() -> None:
     assert sim.queue.where("uid-cpu0") == "active" and sim.queue.where("uid-sel0") == (
         "unschedulable"
     )
+
+
+# --- fuzzed nodes through the handlers: used or refused, the columns always consistent ----
+
+
+def _check_rows(ev: ClusterEvents) -> None:
+    """Every row matches the node the handlers accepted; a node with no pods is all free."""
+    snap = ev.cache.snapshot
+    assert set(snap.rows) == set(ev.nodes)
+    for name, row in snap.rows.items():
+        n = ev.nodes[name]
+        assert snap.names[row] == name and snap.nodes[row] == n and snap.node_valid[row]
+        count = int(snap.node_card_count[row])
+        assert count == n.gpu_count <= snap.max_cards
+        present = snap.card_model[row] != NO_CARD
+        assert present.tolist() == [i < count for i in range(snap.max_cards)]
+        assert (snap.card_free_milli[row][present] == 1000).all()
+        assert (snap.card_free_mem[row] == snap.card_total_mem[row]).all()
+        assert snap.card_total_mem[row][:count].tolist() == [c.memory_mib for c in n.cards]
+        assert (snap.node_cpu_free[row], snap.node_cpu_alloc[row]) == (n.cpu_milli, n.cpu_milli)
+        assert (snap.node_mem_free[row], snap.node_pods_free[row]) == (n.memory_bytes, n.pods)
+
+
+@given(
+    steps=st.lists(
+        st.tuples(st.sampled_from(["n0", "n1", "n2"]), st.booleans()).flatmap(
+            lambda t: st.tuples(st.just(t[0]), st.just(t[1]), raw_nodes(t[0]))
+        ),
+        min_size=1,
+        max_size=6,
+    )
+)
+@fuzz_settings(80)
+def test_any_node_sequence_is_used_or_refused_naming_the_node_and_leaves_no_row_behind(
+    steps: list[tuple[str, bool, dict[str, Any]]],
+) -> None:
+    queue = SchedulingQueue(PrioritySort(None, None).less, Clock())
+    ev = ClusterEvents(ClusterCache(Snapshot(8, capacity=2)), queue, [], ["ai-scheduler"])
+    for name, delete, raw in steps:
+        if delete:
+            ev.node_deleted(name)
+        else:
+            n = node_from_k8s(raw)  # never raises
+            refused = ""
+            try:
+                ev.node_changed(n)
+            except ValueError as exc:  # the only refusal: it names the node and the reason
+                refused = str(exc)
+            if refused:
+                assert refused.startswith(f"node {name}") and name not in ev.nodes
+        _check_rows(ev)
+    for name in list(ev.nodes):
+        ev.node_deleted(name)
+    snap = ev.cache.snapshot
+    assert not snap.rows and not snap.node_valid.any()
+    assert snap.labelsets.live == 0 and snap.taintsets.live == 0
+
+
+# --- fuzzed bound pods through the handlers: charged, re-charged, freed exactly ----------
+
+_FLEET = (gpu_node("a"), gpu_node("b", cards=2, mem=16384), node("c"))
+
+
+@given(
+    versions=st.lists(
+        st.sampled_from(["u0", "u1", "u2", "u3"]).flatmap(
+            lambda uid: raw_pods(uid, node_names=("a", "b", "c"))
+        ),
+        min_size=1,
+        max_size=6,
+    ),
+    node_first=st.booleans(),
+)
+@fuzz_settings(60)
+def test_any_bound_pods_are_charged_within_the_cards_and_freed_exactly(
+    versions: list[dict[str, Any]], node_first: bool
+) -> None:
+    """Adds and updates (resizes, edited annotations, another node, terminal phases) of
+    fuzzed pods, then their deletion: the columns end exactly at the node totals."""
+    warned: list[tuple[str, str]] = []
+    queue = SchedulingQueue(PrioritySort(None, None).less, Clock())
+    cache = ClusterCache(Snapshot(8, capacity=2))
+    ev = ClusterEvents(cache, queue, [], ["ai-scheduler"], lambda p, m: warned.append((p.key, m)))
+    if node_first:
+        for n in _FLEET:
+            ev.node_changed(n)
+    pods = {}
+    for raw in versions:
+        p = pod_from_k8s(raw)
+        ev.pod_changed(p)  # never raises
+        pods[p.uid] = p
+        snap = cache.snapshot
+        for row in snap.rows.values():
+            assert (snap.card_free_milli[row] <= 1000).all()
+            assert (snap.card_free_mem[row] <= snap.card_total_mem[row]).all()
+            assert snap.node_cpu_free[row] <= snap.node_cpu_alloc[row]
+    if not node_first:
+        for n in _FLEET:  # the pods' nodes arrive after them
+            ev.node_changed(n)
+    assert all(m.startswith(f"pod {k} on ") for k, m in warned)
+    for p in pods.values():
+        ev.pod_deleted(p)
+    snap = cache.snapshot
+    assert not cache.pods and not cache._jobs
+    for n in _FLEET:
+        row = snap.row_of(n.name)
+        count = n.gpu_count
+        assert snap.card_free_milli[row][:count].tolist() == [1000] * count
+        assert (snap.card_free_mem[row] == snap.card_total_mem[row]).all()
+        assert (snap.node_cpu_free[row], snap.node_mem_free[row], snap.node_pods_free[row]) == (
+            n.cpu_milli,
+            n.memory_bytes,
+            n.pods,
+        )

@@ -10,6 +10,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gpusched.config.profile import PluginRef, Point, Profile
 from gpusched.core.cache.cache import ClusterCache
@@ -30,9 +32,11 @@ from gpusched.framework import (
     Status,
 )
 from gpusched.framework.registry import Registry
+from gpusched.framework.snapshot import NO_CARD
 from gpusched.framework.status import ClusterWriteError, Code
-from gpusched.model.pod import PodInfo
-from tests.builders import gpu_node, make_pod
+from gpusched.model.node import NodeModel
+from gpusched.model.pod import PodInfo, pod_from_k8s
+from tests.builders import ai_sim, fuzz_settings, gpu_node, make_pod, node, raw_pods
 from tests.fake_plugins import Binder, Sort
 from tests.fakes import FakeCluster
 
@@ -653,3 +657,49 @@ async def test_a_node_deleted_before_bind_is_not_bound_to() -> None:
     assert rig.cluster.binds == [] and rig.cache.get("uid-p") is None
     assert rig.queue.where("uid-p") == "backoff"
     assert f"node {d.node} no longer exists" in rig.observed.ended[-1][2]
+
+
+# --- fuzzed pending pods through the ai-scheduler profile --------------------------------
+
+
+def _fuzz_fleet() -> list[NodeModel]:
+    return [
+        gpu_node("a", rack="r1"),
+        gpu_node("b", cards=2, mem=16384, model="T4", rack="r2"),
+        node("c", labels={"pool": "a"}),
+        node("d", cards=1, taints=[("gpu", "true", "NoSchedule")]),
+    ]
+
+
+@given(
+    raws=st.integers(1, 6).flatmap(lambda n: st.tuples(*(raw_pods(f"u{i}") for i in range(n)))),
+)
+@fuzz_settings(60)
+def test_any_pending_pod_is_placed_within_the_cards_or_told_why_and_frees_exactly(
+    raws: tuple[dict[str, Any], ...],
+) -> None:
+    fleet = _fuzz_fleet()
+    sim = ai_sim(*fleet)
+    snap = sim.snapshot
+    present = snap.card_model != NO_CARD
+    for raw in raws:
+        p = pod_from_k8s(raw)
+        decision = sim.submit(p)  # never raises
+        assert decision.result is not Result.ERROR, decision.message
+        if p.errors:
+            assert decision.result is Result.UNSCHEDULABLE
+            assert all(e in decision.message for e in p.errors)
+        assert (snap.card_free_milli[present] >= 0).all() and (
+            snap.card_free_mem[present] >= 0
+        ).all()
+        assert (snap.node_cpu_free[snap.node_valid] >= 0).all()
+    assert sim.errors == 0
+    for raw in raws:
+        sim.delete(raw["metadata"]["uid"])
+    assert not sim.cache.pods
+    for n in fleet:
+        row = snap.row_of(n.name)
+        assert snap.card_free_milli[row][: n.gpu_count].tolist() == [1000] * n.gpu_count
+        assert (snap.card_free_mem[row] == snap.card_total_mem[row]).all()
+        assert (snap.node_cpu_free[row], snap.node_mem_free[row]) == (n.cpu_milli, n.memory_bytes)
+        assert snap.node_pods_free[row] == n.pods

@@ -2,12 +2,24 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import orjson
+import pytest
+from hypothesis import given
 
 from gpusched.model import keys
-from gpusched.model.node import MAX_PARSED_CARDS, TopologyKeys, node_from_k8s
+from gpusched.model.node import (
+    MAX_CARD_MEMORY_MIB,
+    MAX_NODE_PODS,
+    MAX_NODE_RESOURCE,
+    MAX_PARSED_CARDS,
+    TopologyKeys,
+    node_from_k8s,
+)
+from gpusched.model.quantity import QuantityError, to_int, to_milli
+from tests.builders import fuzz_settings, raw_nodes
 
 
 def node(
@@ -124,3 +136,134 @@ def test_node_data_cannot_make_the_scheduler_allocate_or_overflow() -> None:
     big_label = node_from_k8s(node(labels={keys.GFD_MEMORY: str(2**40)}, gpus="2"))
     assert [c.memory_mib for c in big_label.cards] == [0, 0]
     assert any("out of range" in w for w in big_label.warnings)
+
+
+# --- hostile and malformed node data: kept with a fallback and a warning, never raised ----
+
+
+def _quantity_or_none(raw: object, parse: Callable[[object], int], hi: int) -> int | None:
+    try:
+        value = parse(raw)
+    except QuantityError:
+        return None
+    return value if 0 <= value <= hi else None
+
+
+@given(raw=raw_nodes())
+@fuzz_settings(250)
+def test_any_node_the_watch_could_deliver_parses_with_bounded_fields_or_warnings(
+    raw: dict[str, Any],
+) -> None:
+    m = node_from_k8s(raw)  # never raises
+    assert 0 <= m.cpu_milli <= MAX_NODE_RESOURCE and 0 <= m.memory_bytes <= MAX_NODE_RESOURCE
+    assert 0 <= m.pods <= MAX_NODE_PODS
+    assert [c.index for c in m.cards] == list(
+        range(m.gpu_count)
+    ) and m.gpu_count <= MAX_PARSED_CARDS
+    assert all(
+        0 <= c.memory_mib <= MAX_CARD_MEMORY_MIB and -1 <= c.nvlink_island <= 126 for c in m.cards
+    )
+    assert all(isinstance(k, str) and isinstance(v, str) for k, v in m.labels.items())
+    assert all(isinstance(w, str) and w for w in m.warnings)
+    # Each allocatable value it could not use is named in a warning.
+    status = raw["status"]
+    alloc = (
+        status.get("allocatable") or status.get("capacity") if isinstance(status, dict) else None
+    )
+    if isinstance(alloc, dict):
+        for name, parse, hi, got in (
+            ("cpu", to_milli, MAX_NODE_RESOURCE, m.cpu_milli),
+            ("memory", to_int, MAX_NODE_RESOURCE, m.memory_bytes),
+            ("pods", to_int, MAX_NODE_PODS, m.pods),
+        ):
+            if name in alloc and alloc[name] is not None:
+                value = _quantity_or_none(alloc[name], parse, hi)
+                if value is None:
+                    assert any(f"status.allocatable[{name!r}]" in w for w in m.warnings)
+                else:
+                    assert got == value
+    # An inventory annotation is either used, card for card, or the warning says why not.
+    ann = raw["metadata"]["annotations"]
+    if isinstance(ann, dict) and keys.GPU_INVENTORY in ann:
+        if m.gpu_source == "inventory":
+            assert m.gpu_count == len(orjson.loads(ann[keys.GPU_INVENTORY]))
+        else:
+            assert any(w.startswith(f"annotation {keys.GPU_INVENTORY}") for w in m.warnings)
+
+
+@pytest.mark.parametrize(
+    ("label", "said"),
+    [
+        ("\u0663", "label nvidia.com/gpu.count='\u0663' is not an integer"),  # was 3 cards
+        ("2_0", "label nvidia.com/gpu.count='2_0' is not an integer"),  # was 20 cards
+    ],
+)
+def test_gfd_count_label_is_ascii_digits_only(label: str, said: str) -> None:
+    m = node_from_k8s(node(labels={keys.GFD_COUNT: label}, gpus=None))
+    assert m.gpu_count == 0 and said in m.warnings
+
+
+def test_gfd_memory_label_is_ascii_digits_only() -> None:
+    m = node_from_k8s(node(labels={keys.GFD_MEMORY: "\u0663"}, gpus="2"))  # was 3 MiB
+    assert [c.memory_mib for c in m.cards] == [0, 0]
+    assert any("nvidia.com/gpu.memory='\u0663' is not an integer MiB" in w for w in m.warnings)
+
+
+@pytest.mark.parametrize(
+    ("name", "raw", "default"),
+    [
+        ("cpu", "1e30", 0),  # overflowed the int64 column in the cache (OverflowError)
+        ("memory", "1e30", 0),
+        ("pods", "1e12", 110),  # past the int32 column
+        ("cpu", "-4", 0),  # a negative capacity was taken as is
+    ],
+)
+def test_allocatable_out_of_the_columns_range_is_a_warning(
+    name: str, raw: str, default: int
+) -> None:
+    n = node()
+    n["status"]["allocatable"][name] = raw
+    m = node_from_k8s(n)
+    assert (m.cpu_milli, m.memory_bytes, m.pods)[["cpu", "memory", "pods"].index(name)] == default
+    assert any(f"status.allocatable[{name!r}]" in w and "out of range" in w for w in m.warnings)
+
+
+@pytest.mark.parametrize(
+    ("where", "value", "said"),
+    [
+        ("labels", [1], "metadata.labels is list, not an object"),  # raised TypeError
+        ("labels", "ab", "metadata.labels is str, not an object"),  # raised ValueError
+        (
+            "labels",
+            {keys.GFD_COUNT: [1]},
+            "metadata.labels['nvidia.com/gpu.count']=[1] is not a string",
+        ),
+        (  # was taken as no inventory at all, silently
+            "annotations",
+            {keys.GPU_INVENTORY: None},
+            f"annotation {keys.GPU_INVENTORY} must be a string",
+        ),
+        (
+            "annotations",
+            {keys.GPU_INVENTORY: 5},
+            f"annotation {keys.GPU_INVENTORY} must be a string",
+        ),
+        ("taints", 5, "spec.taints is int, not a list"),  # raised TypeError
+        ("allocatable", [1], "status.allocatable is list, not an object"),  # raised AttributeError
+    ],
+)
+def test_wrong_json_types_are_warnings_not_exceptions(where: str, value: Any, said: str) -> None:
+    n = node()
+    if where == "taints":
+        n["spec"]["taints"] = value
+    elif where == "allocatable":
+        n["status"]["allocatable"] = value
+    else:
+        n["metadata"][where] = value
+    m = node_from_k8s(n)
+    assert any(said in w for w in m.warnings)
+
+
+def test_a_node_that_is_not_an_object_is_a_warning() -> None:
+    m = node_from_k8s([])  # raised AttributeError: 'list' object has no attribute 'get'
+    assert m.name == "" and m.warnings == ("the node is list, not an object",)

@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from gpusched.model import keys
 from gpusched.model.pod import MAX_REQUEST, GpuKind, NVLink, parse_gpu_ids, pod_from_k8s
+from tests.builders import fuzz_settings, raw_pods
 
 GI = 2**30
 
@@ -373,7 +374,7 @@ def test_a_request_beyond_int64_is_clamped_and_reported() -> None:
     # snapshot's int64 columns.
     p = pod_from_k8s(pod([named("a", c("1", "1e30"))]))
     assert p.request.memory_bytes == MAX_REQUEST
-    assert any("request memory=" in e and "out of range" in e for e in p.errors)
+    assert any("resources['memory']: quantity '1e30' is out of range" in e for e in p.errors)
 
 
 _JSON = st.recursive(
@@ -424,3 +425,38 @@ def test_a_scalar_where_a_list_or_map_belongs_is_ignored(field: str) -> None:
     raw["spec"][field] = 5  # raised TypeError: 'int' object is not iterable
     p = pod_from_k8s(raw)
     assert (p.tolerations, p.node_selector, p.affinity) == ((), {}, {})
+
+
+@pytest.mark.parametrize(
+    ("raw", "said"),
+    [
+        ("1e999999999", "exponent 999999999 is out of range"),  # raised decimal.Overflow
+        ("\u0663", "is not a Kubernetes quantity"),  # was 3 CPUs
+    ],
+)
+def test_a_quantity_the_grammar_refuses_is_a_pod_error_naming_the_field(
+    raw: str, said: str
+) -> None:
+    p = pod_from_k8s(pod([named("a", c(raw))]))
+    assert any(e.startswith("spec.containers[0].resources['cpu']") and said in e for e in p.errors)
+
+
+# Every error names where it comes from: an annotation, a label, a spec or status field.
+_FIELD_PREFIXES = ("annotation ", "unknown annotation ", "spec.", "status of spec.", "request ")
+
+
+@given(raw=raw_pods(node_names=("a",)) | raw_pods())
+@fuzz_settings(120)
+def test_any_pod_the_watch_could_deliver_parses_with_bounded_requests_and_named_errors(
+    raw: dict[str, Any],
+) -> None:
+    p = pod_from_k8s(raw)  # never raises
+    r = p.request
+    for value in (r.cpu_milli, r.memory_bytes, r.gpu_cards):
+        assert 0 <= value <= MAX_REQUEST
+    assert 0 <= r.gpu_milli <= 1000 and 0 <= r.gpu_mem_mib < 2**31
+    assert all(0 <= i <= 99 for i in p.gpu_ids) and len(set(p.gpu_ids)) == len(p.gpu_ids)
+    assert isinstance(p.node_selector, dict) and isinstance(p.affinity, dict)
+    assert isinstance(p.priority, int) and isinstance(p.tolerations, tuple)
+    for error in p.errors:
+        assert error.startswith(_FIELD_PREFIXES) or " is a label, not an annotation" in error, error

@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any
+
+import pytest
+
+from gpusched.core.cache import snapshot as snapshot_module
 from gpusched.framework.snapshot import MAX_ALLOWED_CACHE
-from gpusched.model.node import NodeModel, Taint
+from gpusched.model.node import Card, NodeModel, Taint
 from tests.builders import cache_with, node, snapshot
 
 
@@ -99,3 +105,51 @@ def test_the_allowed_models_cache_is_bounded() -> None:
         assert not snap.allowed_models((f"model-{i}",)).any()
     assert len(snap._allowed_cache) == MAX_ALLOWED_CACHE
     assert snap.allowed_models(("A100",)).tolist() == [True]
+
+
+# -- a node the columns cannot hold: refused whole, before anything is written ------------
+
+
+@pytest.mark.parametrize(
+    ("change", "said"),
+    [
+        ({"cpu_milli": 10**30}, "cpu=1000000000000000000000000000000 is out of range"),
+        ({"memory_bytes": -1}, "memory=-1 is out of range"),
+        ({"pods": 2**40}, "pods=1099511627776 is out of range"),
+        (
+            {"cards": (Card(0, "A100", 1), Card(0, "A100", 1))},
+            "card index 0 is out of range or repeated",
+        ),
+        ({"cards": (Card(8, "A100", 1),)}, "card index 8 is out of range"),
+        ({"cards": (Card(0, "A100", 2**31),)}, "card 0 memoryMiB=2147483648 is out of range"),
+        ({"cards": (Card(0, "A100", 1, nvlink_island=200),)}, "nvlinkIsland=200 is out of range"),
+    ],
+)
+def test_a_node_out_of_the_columns_range_is_refused_without_a_half_written_row(
+    change: dict[str, Any], said: str
+) -> None:
+    """cpu 1e30 raised OverflowError from the int64 column after the name was filed under a
+    row: the snapshot then held a row with another node's columns."""
+    snap = snapshot(node("a", cards=2))
+    before = (snap.size, snap.version, snap.membership)
+    with pytest.raises(ValueError, match=said):
+        snap.upsert_node(dataclasses.replace(node("b"), **change))
+    assert snap.row_of("b") < 0 and (snap.size, snap.version, snap.membership) == before
+    row = snap.row_of("a")
+    with pytest.raises(ValueError, match=said):
+        snap.upsert_node(dataclasses.replace(node("a", cards=2), **change))
+    assert snap.nodes[row] == node("a", cards=2) and int(snap.node_card_count[row]) == 2
+    assert snap.node_cpu_alloc[row] == 4_000 and snap.version == before[1]
+
+
+def test_more_gpu_models_than_the_int16_column_holds_are_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(snapshot_module, "MAX_MODELS", 2)
+    snap = snapshot(dataclasses.replace(node("a"), cards=(Card(0, "A100", 1), Card(1, "H100", 1))))
+    with pytest.raises(
+        ValueError, match="more than 2 distinct GPU models seen; model 'T4' not added"
+    ):
+        snap.upsert_node(dataclasses.replace(node("b"), cards=(Card(0, "T4", 1),)))
+    assert snap.row_of("b") < 0
+    snap.upsert_node(dataclasses.replace(node("c"), cards=(Card(0, "H100", 1),)))  # a known one

@@ -10,12 +10,15 @@ from dataclasses import replace
 
 import numpy as np
 
+from gpusched.config import API_VERSION, KIND, builtin_profiles, config_from_dict
 from gpusched.core.schedule_one import Result
 from gpusched.framework import ALLOCATION, CycleState
 from gpusched.model import keys
 from gpusched.model.pod import NVLink
+from gpusched.plugins import default_registry
 from gpusched.plugins.gpu_fit import GPUFit
 from gpusched.plugins.helper.gpu_state import CARD_HINT, GPU_REQUEST, compute_summary, gpu_request
+from gpusched.sim.engine import Simulation
 from tests.builders import ai_pod, ai_sim, card_free, gpu_node
 
 
@@ -192,3 +195,25 @@ def test_incremental_summary_cache_equals_a_full_pass() -> None:
             ):
                 assert np.array_equal(getattr(got, name), getattr(want, name)), (i, name)
     assert fit.summaries.partial > fit.summaries.full
+
+
+def test_gpufit_at_filter_and_reserve_without_its_prefilter_still_places_exactly() -> None:
+    """A profile with GPUFit's PreFilter disabled (found by the config fuzz test): Filter
+    raised KeyError("cycle state has no 'GPUFit/request'") for every pod, CPU pods too."""
+    reg = default_registry()
+    profile = builtin_profiles()["ai-scheduler"]
+    profile["plugins"] = {"preFilter": {"disabled": [{"name": "GPUFit"}]}}
+    doc = {"apiVersion": API_VERSION, "kind": KIND, "profiles": [profile]}
+    sim = Simulation(
+        [gpu_node("a", cards=2), gpu_node("b", cards=2)],
+        config_from_dict(doc, reg).profiles[0],
+        reg,
+        seed=1,
+    )
+    assert sim.submit(ai_pod("cpu")).result is Result.SCHEDULED
+    for i in range(4):
+        d = sim.submit(ai_pod(f"w{i}", gpu_cards=1))
+        assert d.result is Result.SCHEDULED and d.alloc is not None and len(d.alloc.cards) == 1
+    over = sim.submit(ai_pod("over", gpu_cards=1))
+    assert over.result is Result.UNSCHEDULABLE and "Insufficient nvidia.com/gpu" in over.message
+    assert sim.errors == 0 and card_free(sim, "a") == [0, 0] == card_free(sim, "b")
