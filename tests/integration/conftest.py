@@ -17,17 +17,16 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 
 from gpusched.devcluster import (
-    BinaryNotFoundError,
     ClusterOptions,
     LocalCluster,
     NodeSpec,
-    StartError,
     generated_fleet,
     install_crds,
     load_nodes,
     wait_nodes_ready,
 )
 from gpusched.kube import Kube, create_namespace, delete_namespace
+from tests.integration.daemon_support import started_cluster
 
 FLEET_SIZE = 100
 _timings: dict[str, float] = {}
@@ -35,22 +34,12 @@ _timings: dict[str, float] = {}
 
 @pytest.fixture(scope="session")
 def cluster() -> Iterator[LocalCluster]:
-    local = LocalCluster(ClusterOptions(attached=True))
-    problem = ""
-    try:
-        local.start()
-    except (BinaryNotFoundError, StartError) as exc:
-        problem = str(exc)
-    if problem:
-        pytest.fail(f"local control plane unavailable: {problem}", pytrace=False)
-    try:
+    with started_cluster(ClusterOptions(attached=True)) as local:
         t0 = time.monotonic()
         asyncio.run(_install_crds(local))
         _timings.update({f"start {k}": v for k, v in local.timings.items()})
         _timings["install CRDs"] = time.monotonic() - t0
         yield local
-    finally:
-        local.stop()
 
 
 async def _install_crds(local: LocalCluster) -> None:

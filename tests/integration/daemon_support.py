@@ -7,8 +7,8 @@ import asyncio
 import io
 import secrets
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +17,14 @@ import yaml
 
 from gpusched.config import API_VERSION, KIND, load_config
 from gpusched.daemon import Daemon, DaemonOptions
-from gpusched.devcluster import NodeSpec, node_object
+from gpusched.devcluster import (
+    BinaryNotFoundError,
+    ClusterOptions,
+    LocalCluster,
+    NodeSpec,
+    StartError,
+    node_object,
+)
 from gpusched.devcluster.demo import wait_settled
 from gpusched.devcluster.testkit import pod_manifest, wait_until_allowed
 from gpusched.kube import JSON, ApiError, Kube, create_nodes, create_or_replace, pod_path
@@ -403,3 +410,21 @@ async def sa_token(kube: Kube, namespace: str, account: str) -> str:
         {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}},
     )
     return str(request["status"]["token"])
+
+
+@contextmanager
+def started_cluster(options: ClusterOptions) -> Iterator[LocalCluster]:
+    """A local control plane for a fixture: the suite fails (never skips) when it cannot
+    start; stopped at the end."""
+    local = LocalCluster(options)
+    problem = ""
+    try:
+        local.start()
+    except (BinaryNotFoundError, StartError) as exc:
+        problem = str(exc)
+    if problem:
+        pytest.fail(f"local control plane unavailable: {problem}", pytrace=False)
+    try:
+        yield local
+    finally:
+        local.stop()

@@ -28,7 +28,7 @@ import io
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import aclosing
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import aiohttp
 import orjson
@@ -38,19 +38,16 @@ import yaml
 from gpusched.core.cache.cache import ClusterCache
 from gpusched.daemon import Daemon
 from gpusched.devcluster import (
-    BinaryNotFoundError,
     ClusterOptions,
     LocalCluster,
-    StartError,
 )
 from gpusched.devcluster.cluster import write_kubeconfig
 from gpusched.devcluster.demo import demo_pod, mixed_workload
 from gpusched.devcluster.testkit import wait_until_allowed
 from gpusched.framework.status import Status
 from gpusched.kube import JSON, Kube, create_namespace, delete_namespace, pod_path
-from gpusched.kube.watch import EventType
+from gpusched.kube.watch import EventType, Reflector
 from gpusched.model import keys
-from gpusched.model.node import NodeModel
 from gpusched.model.pod import PodInfo
 from tests.integration.daemon_support import (
     IMMUTABLE,
@@ -70,6 +67,7 @@ from tests.integration.daemon_support import (
     pool_specs,
     running_daemon,
     sa_token,
+    started_cluster,
 )
 from tests.integration.fault_support import (
     SOAK,
@@ -109,24 +107,13 @@ def _long_lease() -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def api_cluster() -> Iterator[LocalCluster]:
-    local = LocalCluster(
-        ClusterOptions(
-            kwok=False,
-            kube_scheduler=False,
-            apiserver_args=(f"--request-timeout={REQUEST_TIMEOUT}s",),
-        )
+    options = ClusterOptions(
+        kwok=False,
+        kube_scheduler=False,
+        apiserver_args=(f"--request-timeout={REQUEST_TIMEOUT}s",),
     )
-    problem = ""
-    try:
-        local.start()
-    except (BinaryNotFoundError, StartError) as exc:
-        problem = str(exc)
-    if problem:
-        pytest.fail(f"local control plane unavailable: {problem}", pytrace=False)
-    try:
+    with started_cluster(options) as local:
         yield local
-    finally:
-        local.stop()
 
 
 @pytest.fixture
@@ -157,30 +144,20 @@ def _decisions(stream: io.StringIO) -> list[JSON]:
     return out
 
 
-def _on_pod(daemon: Daemon, want: Callable[[EventType, PodInfo], bool]) -> asyncio.Event:
-    """Set once the daemon's pod watch has handed it an event matching `want`."""
-    seen = asyncio.Event()
-    inner = daemon.pod_watch.handler
+T = TypeVar("T")
 
-    def handler(kind: EventType, pod: PodInfo) -> None:
-        inner(kind, pod)
-        if want(kind, pod):
+
+def _on_event(watch: Reflector[T], want: Callable[[EventType, T], bool]) -> asyncio.Event:
+    """Set once the daemon's watch (pods or nodes) has handed it an event matching `want`."""
+    seen = asyncio.Event()
+    inner = watch.handler
+
+    def handler(kind: EventType, obj: T) -> None:
+        inner(kind, obj)
+        if want(kind, obj):
             seen.set()
 
-    daemon.pod_watch.handler = handler
-    return seen
-
-
-def _on_node(daemon: Daemon, want: Callable[[EventType, NodeModel], bool]) -> asyncio.Event:
-    seen = asyncio.Event()
-    inner = daemon.node_watch.handler
-
-    def handler(kind: EventType, node: NodeModel) -> None:
-        inner(kind, node)
-        if want(kind, node):
-            seen.set()
-
-    daemon.node_watch.handler = handler
+    watch.handler = handler
     return seen
 
 
@@ -379,9 +356,14 @@ async def test_gone_after_etcd_compaction(
         ):
             await create_pods(api, ns, first)
             await watch.until(_bound_count(10), "the first 10 pods bound")
-            seen = _on_pod(daemon, lambda kind, pod: pod.name == "first-9" and bool(pod.node_name))
-            confirmed = all(not e.assumed for e in daemon.cache.pods.values())
-            if not confirmed:
+
+            # Every placement confirmed by the daemon's own watch before it is stalled
+            # (judged after each event the watch hands over, so none is missed).
+            def confirmed(*_: object) -> bool:
+                return all(not e.assumed for e in daemon.cache.pods.values())
+
+            seen = _on_event(daemon.pod_watch, confirmed)
+            if not confirmed():
                 await _within(seen, "the daemon saw its pods bound")
             await proxy.until_flowing(2)
             assert proxy.stall() >= 2
@@ -452,7 +434,9 @@ async def test_silent_watch_never_expires_a_bound_pod(
         assert proxy.stall() >= 2  # the watches go silent...
         held.release.set()  # ...and the Binding lands
         await watch.until_bound(["holder"])
-        confirmed = _on_pod(daemon, lambda kind, pod: pod.uid == uid and bool(pod.node_name))
+        confirmed = _on_event(
+            daemon.pod_watch, lambda kind, pod: pod.uid == uid and bool(pod.node_name)
+        )
         retried = asyncio.Event()
         reattempted = daemon.schedule_one.attempts
         if SOAK:
@@ -514,7 +498,9 @@ async def test_another_scheduler_binds_the_pod_first(
         chosen = daemon.cache.get(uid)
         assert chosen is not None and chosen.assumed
         other = next(s.name for s in specs if s.name != chosen.node)
-        elsewhere = _on_pod(daemon, lambda kind, pod: pod.uid == uid and pod.node_name == other)
+        elsewhere = _on_event(
+            daemon.pod_watch, lambda kind, pod: pod.uid == uid and pod.node_name == other
+        )
         await api.post(
             f"{pod_path(ns, 'contested')}/binding",
             {
@@ -583,8 +569,8 @@ async def test_node_deleted_mid_bind_reschedules_elsewhere(
         assert entry is not None
         doomed = entry.node
         other = next(s.name for s in specs if s.name != doomed)
-        node_gone = _on_node(
-            daemon, lambda kind, node: kind is EventType.DELETED and node.name == doomed
+        node_gone = _on_event(
+            daemon.node_watch, lambda kind, node: kind is EventType.DELETED and node.name == doomed
         )
         await api.delete(f"/api/v1/nodes/{doomed}")
         await _within(node_gone, "the daemon saw the node deleted")
