@@ -18,6 +18,7 @@ import orjson
 
 from gpusched.core.cache.snapshot import Snapshot
 from gpusched.framework import Rows, Status
+from gpusched.framework.interfaces import UsedPorts
 from gpusched.kube.client import JSON, ApiError
 from gpusched.kube.lease import LeaderElector, micro_time
 from gpusched.kube.writer import ObjectRef
@@ -49,6 +50,7 @@ class FakeHandle:
     snapshot: Snapshot
     cluster: FakeCluster = field(default_factory=FakeCluster)
     t: float = 0.0
+    ports: dict[str, UsedPorts] = field(default_factory=dict)
 
     def now(self) -> float:
         return self.t
@@ -58,6 +60,9 @@ class FakeHandle:
 
     def job_rows(self, job_key: str) -> Rows:
         return np.empty(0, np.intp)
+
+    def used_host_ports(self) -> Mapping[str, UsedPorts]:
+        return self.ports
 
 
 # --- the Lease API and a clock (leader election) -----------------------------------------

@@ -48,14 +48,18 @@ def _refs(*names: str) -> tuple[PluginRef, ...]:
 
 # The `ai-scheduler` profile. Score weights are the seed article's alpha, beta, gamma:
 # fragmentation first, thermal headroom next, network locality last.
+# SchedulingGates, NodeName and NodePorts as in kube-scheduler's default profile.
 DEFAULT_PLUGINS: Mapping[Point, tuple[PluginRef, ...]] = {
+    Point.PRE_ENQUEUE: _refs("SchedulingGates"),
     Point.QUEUE_SORT: _refs("PrioritySort"),
-    Point.PRE_FILTER: _refs("NodeResourcesFit", "NodeAffinity", "GPUFit"),
+    Point.PRE_FILTER: _refs("NodeResourcesFit", "NodeAffinity", "NodePorts", "GPUFit"),
     Point.FILTER: _refs(
         "NodeUnschedulable",
+        "NodeName",
         "NodeResourcesFit",
         "TaintToleration",
         "NodeAffinity",
+        "NodePorts",
         "GPUFit",
         "Thermal",
     ),

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 
 from gpusched.core.cache.cache import ClusterCache
 from gpusched.core.cache.snapshot import Snapshot
-from gpusched.framework.interfaces import ClusterPort, Rows
+from gpusched.framework.interfaces import ClusterPort, Rows, UsedPorts
 from gpusched.model.pod import PodInfo
 
 
@@ -34,3 +34,6 @@ class SchedulerHandle:
 
     def job_rows(self, job_key: str) -> Rows:
         return self.cache.job_rows(job_key)
+
+    def used_host_ports(self) -> Mapping[str, UsedPorts]:
+        return self.cache.used_host_ports()

@@ -38,13 +38,14 @@ from gpusched.core.cache.snapshot import Snapshot
 from gpusched.core.events import ClusterEvents
 from gpusched.core.handle import SchedulerHandle
 from gpusched.core.queue import QueuedPodInfo, SchedulingQueue
-from gpusched.core.runtime.framework import Framework
+from gpusched.core.runtime.framework import Framework, pre_enqueue_of
 from gpusched.core.schedule_one import Result, ScheduleOne
 from gpusched.daemon.liveness import Liveness
 from gpusched.daemon.reporting import Reporter
 from gpusched.daemon.tasks import Tasks
 from gpusched.daemon.warmup import warm_kernels
 from gpusched.framework.registry import Registry
+from gpusched.framework.status import Status
 from gpusched.kube import faults
 from gpusched.kube.client import JSON, ApiError, Kube
 from gpusched.kube.lease import KubeLeases, LeaderElector, default_identity
@@ -113,6 +114,8 @@ class Daemon:
             initial_backoff=config.pod_initial_backoff_seconds,
             max_backoff=config.pod_max_backoff_seconds,
             max_unschedulable=config.pod_max_in_unschedulable_pods_duration_seconds,
+            pre_enqueue=pre_enqueue_of(self.frameworks),
+            on_gated=self._on_gated,
         )
         topo: TopologyKeys = config.topology_keys
         self.node_watch: Reflector[NodeModel] = Reflector(
@@ -272,6 +275,8 @@ class Daemon:
             for name, warning in self._unwritten:
                 self._write_node_warning(name, warning)
             self._unwritten.clear()
+            for gated in list(self.queue.gated.values()):
+                self._write_gated(gated.pod)
             for key, unwritten in list(self._pod_warned.items()):
                 if unwritten is not None and self.cache.get(key[0]) is not None:
                     self._write_pod_warning(unwritten, key[1])
@@ -459,6 +464,27 @@ class Daemon:
             f"event {pod.key}",
         )
 
+    def _on_gated(self, pod: PodInfo, status: Status) -> None:
+        """The queue keeps a pod out of activeQ (a PreEnqueue plugin refused it)."""
+        self.log.info(
+            "decision",
+            pod=pod.key,
+            uid=pod.uid,
+            profile=pod.scheduler_name,
+            result="gated",
+            plugin=status.plugin,
+            message=status.message(),
+        )
+        if self.leading.is_set():
+            self._write_gated(pod)
+
+    def _write_gated(self, pod: PodInfo) -> None:
+        # What the apiserver writes on a pod created with gates; only the leader writes.
+        self.tasks.spawn(
+            self.writer.pod_condition(pod, SCHEDULING_GATED, SCHEDULING_GATED_MESSAGE),
+            f"report {pod.key}",
+        )
+
     def _on_pod(self, kind: EventType, pod: PodInfo) -> None:
         self.metrics.watch_events.labels("pods").inc()
         if kind is EventType.DELETED:
@@ -503,6 +529,11 @@ class Daemon:
         self.queue.flush()
         for name, count in self.queue.pending().items():
             self.metrics.pending.labels(name).set(count)
+
+
+# kube's PodScheduled condition for a gated pod (pkg/registry/core/pod/strategy.go).
+SCHEDULING_GATED = "SchedulingGated"
+SCHEDULING_GATED_MESSAGE = "Scheduling is blocked due to non-empty scheduling gates"
 
 
 def _node(raw: JSON, topo: TopologyKeys) -> NodeModel:

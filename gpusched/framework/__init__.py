@@ -25,6 +25,7 @@ from gpusched.framework.interfaces import (
     PostBindPlugin,
     PostFilterPlugin,
     PreBindPlugin,
+    PreEnqueuePlugin,
     PreFilterPlugin,
     PreFilterResult,
     PreScorePlugin,
@@ -33,6 +34,7 @@ from gpusched.framework.interfaces import (
     Rows,
     ScorePlugin,
     Scores,
+    UsedPorts,
     WarmStartPlugin,
 )
 from gpusched.framework.points import POINT_METHODS, PROTOCOLS, Point, implements
@@ -70,6 +72,7 @@ __all__ = [
     "PostBindPlugin",
     "PostFilterPlugin",
     "PreBindPlugin",
+    "PreEnqueuePlugin",
     "PreFilterPlugin",
     "PreFilterResult",
     "PreScorePlugin",
@@ -81,6 +84,7 @@ __all__ = [
     "Scores",
     "StateKey",
     "Status",
+    "UsedPorts",
     "WarmStartPlugin",
     "implements",
 ]

@@ -30,6 +30,8 @@ MIN_NODE_SCORE = 0.0
 Mask = NDArray[np.bool_]
 Rows = NDArray[np.intp]
 Scores = NDArray[np.float64]
+UsedPorts = Mapping[tuple[str, int], Mapping[str, int]]
+"""A node's host ports in use: (protocol, port) -> host IP -> how many pods hold it."""
 
 
 @dataclass(slots=True)
@@ -109,6 +111,11 @@ class Handle(Protocol):
         `job_key` (namespace/job id)."""
         ...
 
+    def used_host_ports(self) -> Mapping[str, UsedPorts]:
+        """Host ports taken by pods (bound or assumed), only for nodes where any is: node
+        name -> (protocol, port) -> host IP -> number of pods."""
+        ...
+
 
 class Plugin(Protocol):
     """Every plugin: a class-level `name` (the configuration's key), built once per profile
@@ -124,6 +131,16 @@ class QueueSortPlugin(Plugin, Protocol):
     def less(self, a: PodInfo, b: PodInfo) -> bool:
         """Whether `a` is popped before `b`: a strict weak order (exactly one per
         configuration; every profile must use the same one, since one queue orders all)."""
+        ...
+
+
+@runtime_checkable
+class PreEnqueuePlugin(Plugin, Protocol):
+    def pre_enqueue(self, pod: PodInfo) -> Status:
+        """Run by the queue each time a pod would enter activeQ (added, updated, or moved
+        back): Success lets it in; anything else keeps it in the queue's gated set, not
+        attempted, until an update of the pod passes every PreEnqueue plugin
+        (kube-scheduler's PreEnqueue; e.g. SchedulingGates). Must be cheap: no snapshot."""
         ...
 
 

@@ -18,6 +18,7 @@ from gpusched.framework.interfaces import (
     PostBindPlugin,
     PostFilterPlugin,
     PreBindPlugin,
+    PreEnqueuePlugin,
     PreFilterPlugin,
     PreScorePlugin,
     QueueSortPlugin,
@@ -29,6 +30,7 @@ from gpusched.framework.interfaces import (
 class Point(enum.Enum):
     """An extension point; the value is its key in a profile's `plugins:` mapping."""
 
+    PRE_ENQUEUE = "preEnqueue"
     QUEUE_SORT = "queueSort"
     PRE_FILTER = "preFilter"
     FILTER = "filter"
@@ -43,6 +45,7 @@ class Point(enum.Enum):
 
 
 PROTOCOLS: Mapping[Point, type] = {
+    Point.PRE_ENQUEUE: PreEnqueuePlugin,
     Point.QUEUE_SORT: QueueSortPlugin,
     Point.PRE_FILTER: PreFilterPlugin,
     Point.FILTER: FilterPlugin,

@@ -80,6 +80,19 @@ class Gang:
 
 
 @dataclass(frozen=True, slots=True)
+class HostPort:
+    """A host port a container takes, as kube-scheduler's HostPortInfo keys it: the host IP
+    ("0.0.0.0", the default, means every address), the protocol (default TCP), the port."""
+
+    ip: str
+    protocol: str
+    port: int
+
+
+WILDCARD_IP = "0.0.0.0"
+
+
+@dataclass(frozen=True, slots=True)
 class PodInfo:
     uid: str
     namespace: str
@@ -102,6 +115,10 @@ class PodInfo:
     phase: str = "Pending"
     deleting: bool = False
     errors: tuple[str, ...] = ()
+    # spec.schedulingGates' names: a gated pod is not attempted (SchedulingGates PreEnqueue).
+    scheduling_gates: tuple[str, ...] = ()
+    # Host ports the pod takes on its node (NodePorts), kube's GetHostPorts.
+    host_ports: tuple[HostPort, ...] = ()
 
     @property
     def job_key(self) -> str:
@@ -347,6 +364,27 @@ def parse_gpu_ids(raw: str) -> tuple[int, ...]:
     return tuple(ids)
 
 
+def _scheduling_gates(spec: Mapping[str, Any]) -> tuple[str, ...]:
+    return tuple(str(g.get("name", "")) for g in _dicts(spec.get("schedulingGates")))
+
+
+def host_ports(spec: Mapping[str, Any]) -> tuple[HostPort, ...]:
+    """kube's GetHostPorts: the ports with a hostPort > 0 of sidecar (restartPolicy: Always)
+    init containers and regular containers, with the empty host IP and protocol defaulted
+    (kube-scheduler's HostPortInfo sanitize: 0.0.0.0 and TCP)."""
+    out: list[HostPort] = []
+    sidecars = [c for c in _dicts(spec.get("initContainers")) if c.get("restartPolicy") == "Always"]
+    for c in (*sidecars, *_dicts(spec.get("containers"))):
+        for p in _dicts(c.get("ports")):
+            port = p.get("hostPort")
+            if not isinstance(port, int) or isinstance(port, bool) or port <= 0:
+                continue
+            out.append(
+                HostPort(str(p.get("hostIP") or WILDCARD_IP), str(p.get("protocol") or "TCP"), port)
+            )
+    return tuple(out)
+
+
 def pod_from_k8s(obj: Mapping[str, Any]) -> PodInfo:
     meta = _resource_list(obj.get("metadata"))
     spec = _resource_list(obj.get("spec"))
@@ -460,4 +498,6 @@ def pod_from_k8s(obj: Mapping[str, Any]) -> PodInfo:
         phase=str(status.get("phase") or "Pending"),
         deleting=meta.get("deletionTimestamp") is not None,
         errors=tuple(errors),
+        scheduling_gates=_scheduling_gates(spec),
+        host_ports=host_ports(spec),
     )

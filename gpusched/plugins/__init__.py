@@ -13,16 +13,22 @@ from gpusched.plugins.gpu_fragmentation import GPUFragmentation
 from gpusched.plugins.gpu_packing_score import GpuPackingScore
 from gpusched.plugins.network_locality import NetworkLocality
 from gpusched.plugins.node_affinity import NodeAffinity
+from gpusched.plugins.node_name import NodeName
+from gpusched.plugins.node_ports import NodePorts
 from gpusched.plugins.node_resources_fit import NodeResourcesFit
 from gpusched.plugins.node_unschedulable import NodeUnschedulable
 from gpusched.plugins.priority_sort import PrioritySort
 from gpusched.plugins.random_score import RandomScore
+from gpusched.plugins.scheduling_gates import SchedulingGates
 from gpusched.plugins.taint_toleration import TaintToleration
 from gpusched.plugins.thermal import Thermal
 
 BUILTIN = (
     PrioritySort,
+    SchedulingGates,
     NodeUnschedulable,
+    NodeName,
+    NodePorts,
     NodeResourcesFit,
     TaintToleration,
     NodeAffinity,

@@ -24,7 +24,7 @@ from gpusched.core.cache.snapshot import Snapshot
 from gpusched.core.events import ClusterEvents
 from gpusched.core.handle import SchedulerHandle
 from gpusched.core.queue import QueuedPodInfo, SchedulingQueue
-from gpusched.core.runtime.framework import Framework, TieBreak
+from gpusched.core.runtime.framework import Framework, TieBreak, pre_enqueue_of
 from gpusched.core.schedule_one import Decision, Observer, Outcome, Result, ScheduleOne
 from gpusched.framework.registry import Registry
 from gpusched.framework.status import ClusterWriteError, Code, Status
@@ -133,7 +133,9 @@ class Simulation:
         self.cluster = InMemoryCluster()
         self.handle = SchedulerHandle(self.cache, self.cluster, self.clock)
         self.fw = Framework(profile, registry, self.handle, seed=seed, tie_break=tie_break)
-        self.queue = SchedulingQueue(self.fw.less, self.clock)
+        self.queue = SchedulingQueue(
+            self.fw.less, self.clock, pre_enqueue=pre_enqueue_of({self.name: self.fw})
+        )
         self.events = ClusterEvents(self.cache, self.queue, [self.fw.waiting], [self.name])
         self.cluster.events = self.events
         for node in node_list:

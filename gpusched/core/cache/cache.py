@@ -57,13 +57,13 @@ from __future__ import annotations
 
 import re
 from collections import Counter, deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from gpusched.core.cache.snapshot import Snapshot
-from gpusched.framework.interfaces import Allocation, Rows
+from gpusched.framework.interfaces import Allocation, Rows, UsedPorts
 from gpusched.model import keys
 from gpusched.model.node import FULL_CARD_MILLI, NodeModel
 from gpusched.model.pod import GpuKind, PodInfo, PodRequest, parse_gpu_ids
@@ -150,6 +150,9 @@ class ClusterCache:
         self.pods: dict[str, PodEntry] = {}
         self._by_node: dict[str, set[str]] = {}
         self._jobs: dict[str, Counter[int]] = {}
+        # Host ports in use per node (NodePorts), only nodes where a pod holds one, kept
+        # with `_by_node` so the filter reads a few nodes, never every pod.
+        self._ports: dict[str, dict[tuple[str, int], Counter[str]]] = {}
         self.stats = CacheStats()
         # Told of every pod charged conservatively (core/events.py forwards it to the daemon,
         # which writes a Warning Event); the message names the pod, the fault and the charge.
@@ -189,6 +192,7 @@ class ClusterCache:
         entry.held = tuple(alloc.cards)
         self.pods[pod.uid] = entry
         self._by_node.setdefault(alloc.node, set()).add(pod.uid)
+        self._ports_add(pod, alloc.node, 1)
         self._take(entry, alloc)
 
     def forget(self, uid: str) -> PodEntry | None:
@@ -214,7 +218,11 @@ class ClusterCache:
             entry = PodEntry(pod, None, node=pod.node_name, first=claim, claim=claim)
             self.pods[pod.uid] = entry
             self._by_node.setdefault(pod.node_name, set()).add(pod.uid)
+            self._ports_add(pod, pod.node_name, 1)
         else:
+            if entry.pod.host_ports != pod.host_ports:  # immutable in the API; kept exact
+                self._ports_add(entry.pod, entry.node, -1)
+                self._ports_add(pod, entry.node, 1)
             # An in-place resize (on by default since 1.33) changes the request of a running
             # pod, an edit its assignment or its job label: what is charged must follow, or
             # its deletion later returns another amount than was taken (the node drifts) or
@@ -266,6 +274,9 @@ class ClusterCache:
             return np.empty(0, np.intp)
         return np.fromiter((r for r, n in rows.items() if n > 0), np.intp)
 
+    def used_host_ports(self) -> Mapping[str, UsedPorts]:
+        return self._ports
+
     def allocations(self) -> Iterable[PodEntry]:
         return self.pods.values()
 
@@ -314,6 +325,7 @@ class ClusterCache:
             members.discard(uid)
             if not members:
                 del self._by_node[node]
+        self._ports_add(entry.pod, node, -1)
         self._uncharge(entry)
 
     def _uncharge(self, entry: PodEntry) -> None:
@@ -326,6 +338,21 @@ class ClusterCache:
                 a.row, req.cpu_milli, req.memory_bytes, a.cards, a.milli, a.mem_mib, -1
             )
             self._job_add(entry.pod, a.row, -1)
+
+    def _ports_add(self, pod: PodInfo, node: str, delta: int) -> None:
+        if not pod.host_ports:
+            return
+        used = self._ports.setdefault(node, {})
+        for hp in pod.host_ports:
+            key = (hp.protocol, hp.port)
+            ips = used.setdefault(key, Counter())
+            ips[hp.ip] += delta
+            if ips[hp.ip] <= 0:
+                del ips[hp.ip]
+                if not ips:
+                    del used[key]
+        if not used:
+            del self._ports[node]
 
     def _job_add(self, pod: PodInfo, row: int, delta: int) -> None:
         key = pod.job_key

@@ -51,13 +51,19 @@ PLUGIN_NODE_CHANGES: dict[str, NodeChange] = {
     "NodeAffinity": NodeChange.LABELS,
     "TaintToleration": NodeChange.TAINTS,
     "NodeUnschedulable": NodeChange.SCHEDULABLE,
+    # A node keeps its name; a new node is a NODE_ADD.
+    "NodeName": NodeChange.NONE,
+    # Ports are freed by a pod's deletion (ASSIGNED_POD_DELETE), never by a node update.
+    "NodePorts": NodeChange.NONE,
     # The temperature is not node data (telemetry); more cards lower a pod's share of them.
     "Thermal": NodeChange.CARDS,
 }
 
 
 # Filters whose verdict depends on the node and the pod itself only, never on other pods.
-NODE_ONLY = frozenset({"NodeAffinity", "TaintToleration", "NodeUnschedulable", INVALID_POD})
+NODE_ONLY = frozenset(
+    {"NodeAffinity", "TaintToleration", "NodeUnschedulable", "NodeName", INVALID_POD}
+)
 POD_EVENTS = frozenset(
     {
         ClusterEvent.ASSIGNED_POD_ADD,

@@ -14,7 +14,11 @@ Mirrors kube-scheduler's backend/queue/scheduling_queue.go, simplified:
   unschedulable pods are grouped by the plugins that rejected them, so an event costs one
   hint per group plus the pods it moves, not a pass over the backlog;
 * `flush` moves finished backoffs to activeQ, and retries pods left unschedulable longer
-  than podMaxInUnschedulablePodsDurationSeconds even without an event.
+  than podMaxInUnschedulablePodsDurationSeconds even without an event;
+* every way into activeQ runs the PreEnqueue plugins first (`pre_enqueue`, the pod's
+  profile's); a pod one of them refuses (spec.schedulingGates) waits in the gated set,
+  untouched by events and flushes, until an update of the pod passes them (kube's
+  moveToActiveQ and its gated pods).
 
 Pure logic on an injected clock: the daemon drives `flush` from a timer, the unit tests
 from a fake clock.
@@ -30,12 +34,17 @@ from gpusched.core.queue.backoff import BackoffQueue, backoff_duration
 from gpusched.core.queue.hints import ClusterEvent, NodeChange, may_help
 from gpusched.core.queue.info import QueuedPodInfo
 from gpusched.core.queue.unschedulable import UnschedulablePods
+from gpusched.framework.status import Status
 from gpusched.model.pod import PodInfo
 
 ACTIVE = "active"
 BACKOFF = "backoff"
 UNSCHEDULABLE = "unschedulable"
 INFLIGHT = "inflight"
+GATED = "gated"
+
+PreEnqueue = Callable[[PodInfo], Status]
+"""The PreEnqueue plugins of a pod's profile, run as one (Framework.run_pre_enqueue)."""
 
 # How often the leftover unschedulable pods are checked (kube-scheduler: every 30 s).
 LEFTOVER_CHECK_SECONDS = 30.0
@@ -50,8 +59,15 @@ class SchedulingQueue:
         initial_backoff: float = 1.0,
         max_backoff: float = 10.0,
         max_unschedulable: float = 300.0,
+        pre_enqueue: PreEnqueue | None = None,
+        on_gated: Callable[[PodInfo, Status], None] | None = None,
     ) -> None:
+        """`pre_enqueue`: None when no profile has a PreEnqueue plugin (nothing is gated).
+        `on_gated(pod, status)`: told once each time a pod enters the gated set."""
         self.clock = clock
+        self.pre_enqueue = pre_enqueue
+        self.on_gated = on_gated
+        self.gated: dict[str, QueuedPodInfo] = {}
         self.initial_backoff = initial_backoff
         self.max_backoff = max_backoff
         self.max_unschedulable = max_unschedulable
@@ -87,6 +103,13 @@ class SchedulingQueue:
         if (info := self.backoff.get(uid)) is not None:
             info.pod = pod
             return
+        if (info := self.gated.get(uid)) is not None:
+            info.pod = pod
+            if self._admitted(pod):
+                # The last gate went: straight to activeQ, as kube does for a gated pod.
+                del self.gated[uid]
+                self._to_active(info, now)
+            return
         if (info := self.unschedulable.get(uid)) is not None:
             if info.pod == pod:
                 return  # a status-only change (our own condition patch) changes nothing
@@ -106,6 +129,7 @@ class SchedulingQueue:
         self.active.remove(uid)
         self.backoff.remove(uid)
         self.unschedulable.remove(uid)
+        self.gated.pop(uid, None)
 
     def move_all(
         self, event: ClusterEvent, *, exclude: str = "", change: NodeChange = NodeChange.ANY
@@ -234,6 +258,8 @@ class SchedulingQueue:
             return BACKOFF
         if uid in self.unschedulable:
             return UNSCHEDULABLE
+        if uid in self.gated:
+            return GATED
         return ""
 
     def pending(self) -> dict[str, int]:
@@ -243,10 +269,17 @@ class SchedulingQueue:
             BACKOFF: len(self.backoff),
             UNSCHEDULABLE: len(self.unschedulable),
             INFLIGHT: len(self.inflight),
+            GATED: len(self.gated),
         }
 
     def __len__(self) -> int:
-        return len(self.active) + len(self.backoff) + len(self.unschedulable) + len(self.inflight)
+        return (
+            len(self.active)
+            + len(self.backoff)
+            + len(self.unschedulable)
+            + len(self.inflight)
+            + len(self.gated)
+        )
 
     # -- internals --------------------------------------------------------------------------
 
@@ -258,7 +291,19 @@ class SchedulingQueue:
         else:
             self._to_active(info, now)
 
+    def _admitted(self, pod: PodInfo) -> bool:
+        return self.pre_enqueue is None or self.pre_enqueue(pod).is_success()
+
     def _to_active(self, info: QueuedPodInfo, now: float) -> None:
+        if self.pre_enqueue is not None:
+            st = self.pre_enqueue(info.pod)
+            if not st.is_success():
+                info.where = GATED
+                info.timestamp = now
+                self.gated[info.uid] = info
+                if self.on_gated is not None:
+                    self.on_gated(info.pod, st)
+                return
         info.where = ACTIVE
         info.timestamp = now
         self.active.push(info)

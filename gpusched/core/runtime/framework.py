@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,6 +32,7 @@ from gpusched.framework.interfaces import (
     PostBindPlugin,
     PostFilterPlugin,
     PreBindPlugin,
+    PreEnqueuePlugin,
     PreFilterPlugin,
     PreScorePlugin,
     QueueSortPlugin,
@@ -172,6 +173,7 @@ class Framework:
                 f"exactly one QueueSort plugin must be enabled, got {len(qs)}",
             )
         self.queue_sort: QueueSortPlugin = qs[0]
+        self.pre_enqueue: list[PreEnqueuePlugin] = at(Point.PRE_ENQUEUE)
         self.pre_filter: list[PreFilterPlugin] = at(Point.PRE_FILTER)
         self.filter: list[FilterPlugin] = at(Point.FILTER)
         self.post_filter: list[PostFilterPlugin] = at(Point.POST_FILTER)
@@ -210,6 +212,19 @@ class Framework:
 
     def less(self, a: PodInfo, b: PodInfo) -> bool:
         return self.queue_sort.less(a, b)
+
+    def run_pre_enqueue(self, pod: PodInfo) -> Status:
+        """Whether the pod may enter activeQ: the first non-success of the PreEnqueue plugins
+        (kube-scheduler's RunPreEnqueuePlugins), named after its plugin. A raise keeps the pod
+        out too, as an Error (it is retried on its next update)."""
+        for p in self.pre_enqueue:
+            try:
+                st = p.pre_enqueue(pod)
+            except Exception as exc:
+                return _raised("PreEnqueue", p.name, exc)
+            if not st.is_success():
+                return st.with_plugin(p.name)
+        return SUCCESS
 
     # -- scheduling cycle ------------------------------------------------------------------
 
@@ -451,3 +466,17 @@ class Framework:
                     plugin.warm_start(pods)
                 except Exception:  # a learner that cannot learn must not stop the leader
                     _log.exception("warm start of %s raised", name)
+
+
+def pre_enqueue_of(frameworks: Mapping[str, Framework]) -> Callable[[PodInfo], Status] | None:
+    """The queue's PreEnqueue check: each pod's profile's plugins (a pod of no profile
+    passes). None when no profile has any, so the queue pays nothing for it."""
+    if not any(fw.pre_enqueue for fw in frameworks.values()):
+        return None
+    by_name = dict(frameworks)
+
+    def run(pod: PodInfo) -> Status:
+        fw = by_name.get(pod.scheduler_name)
+        return SUCCESS if fw is None else fw.run_pre_enqueue(pod)
+
+    return run

@@ -14,7 +14,7 @@ import numpy as np
 from gpusched.config import ConfigError, SchedulerConfig
 from gpusched.config.args import ErrorList
 from gpusched.core.runtime.framework import Framework
-from gpusched.framework.interfaces import ClusterPort, Handle, Rows
+from gpusched.framework.interfaces import ClusterPort, Handle, Rows, UsedPorts
 from gpusched.framework.registry import Registry
 from gpusched.framework.snapshot import NodeColumns
 from gpusched.framework.status import Code, Status
@@ -55,6 +55,9 @@ class _StubHandle:
 
     def job_rows(self, job_key: str) -> Rows:
         return np.empty(0, np.intp)
+
+    def used_host_ports(self) -> Mapping[str, UsedPorts]:
+        return {}
 
 
 def validate_profiles(config: SchedulerConfig, registry: Registry) -> None:

@@ -346,7 +346,9 @@ def test_bind_is_required(registry: Registry) -> None:
 
 def test_unknown_extension_point(registry: Registry) -> None:
     msg = config_load_error(config_doc(config_plugins(scores={"enabled": []})), registry)
-    assert msg.startswith("profiles[0].plugins.scores: unknown extension point; known: queueSort,")
+    assert msg.startswith(
+        "profiles[0].plugins.scores: unknown extension point; known: preEnqueue, queueSort,"
+    )
 
 
 def test_unregistered_default_plugin_must_be_disabled() -> None:
@@ -438,7 +440,7 @@ def test_plugin_config_for_a_plugin_not_in_the_profile(registry: Registry) -> No
     )
     assert msg.startswith(
         "profiles[0].pluginConfig[Spread].name: plugin 'Spread' is not enabled in this profile,"
-        " so its args would be ignored (enabled: PrioritySort,"
+        " so its args would be ignored (enabled: SchedulingGates, PrioritySort,"
     )
 
 

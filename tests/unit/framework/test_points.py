@@ -12,6 +12,7 @@ from tests.fake_plugins import (
 )
 
 _PROTOCOLS: dict[Point, type] = {
+    Point.PRE_ENQUEUE: interfaces.PreEnqueuePlugin,
     Point.QUEUE_SORT: interfaces.QueueSortPlugin,
     Point.PRE_FILTER: interfaces.PreFilterPlugin,
     Point.FILTER: interfaces.FilterPlugin,

@@ -7,7 +7,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpusched.model import keys
-from gpusched.model.pod import MAX_REQUEST, GpuKind, NVLink, parse_gpu_ids, pod_from_k8s
+from gpusched.model.pod import (
+    MAX_REQUEST,
+    GpuKind,
+    HostPort,
+    NVLink,
+    parse_gpu_ids,
+    pod_from_k8s,
+)
 from tests.builders import fuzz_settings, raw_pods
 
 GI = 2**30
@@ -460,3 +467,22 @@ def test_any_pod_the_watch_could_deliver_parses_with_bounded_requests_and_named_
     assert isinstance(p.priority, int) and isinstance(p.tolerations, tuple)
     for error in p.errors:
         assert error.startswith(_FIELD_PREFIXES) or " is a label, not an annotation" in error, error
+
+
+def test_scheduling_gates_are_read_by_name() -> None:
+    p = pod_from_k8s(pod(schedulingGates=[{"name": "a.io/x"}, {"name": "b.io/y"}]))
+    assert p.scheduling_gates == ("a.io/x", "b.io/y")
+    assert pod_from_k8s(pod()).scheduling_gates == ()
+
+
+def test_host_ports_of_containers_and_sidecars_with_kube_defaults() -> None:
+    main = {**c("1"), "ports": [{"containerPort": 80, "hostPort": 8080}, {"containerPort": 9}]}
+    udp = {**c("1"), "ports": [{"hostPort": 53, "hostIP": "10.0.0.1", "protocol": "UDP"}]}
+    sidecar = {**c("1", restart="Always"), "ports": [{"hostPort": 9100}]}
+    plain_init = {**c("1"), "ports": [{"hostPort": 7000}]}  # not running: not held
+    p = pod_from_k8s(pod([main, udp], [plain_init, sidecar]))
+    assert p.host_ports == (
+        HostPort("0.0.0.0", "TCP", 9100),
+        HostPort("0.0.0.0", "TCP", 8080),
+        HostPort("10.0.0.1", "UDP", 53),
+    )

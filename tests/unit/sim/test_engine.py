@@ -14,6 +14,7 @@ import pytest
 
 from gpusched.config import builtin_profile, default_config
 from gpusched.config.profile import PluginRef, Point, Profile
+from gpusched.core.queue.queue import GATED
 from gpusched.core.schedule_one import Result
 from gpusched.daemon import Daemon, DaemonOptions
 from gpusched.devcluster.nodes import NodeSpec, node_object
@@ -24,7 +25,7 @@ from gpusched.model.pod import pod_from_k8s
 from gpusched.observability.logging import make_logger
 from gpusched.plugins import default_registry
 from gpusched.sim.engine import Simulation
-from tests.builders import gpu_node, make_pod, watch_line
+from tests.builders import ai_pod, ai_sim, gpu_node, make_pod, watch_line
 from tests.fake_plugins import Binder, Gate, Sort
 from tests.fakes import FakeWriter
 
@@ -223,3 +224,16 @@ def test_next_wakeup_includes_permit_timeouts() -> None:
     sim.advance(due)
     assert sim.cache.get("uid-p") is None
     assert sim.queue.where("uid-p") == "unschedulable"
+
+
+def test_a_gated_pod_is_held_by_the_queue_until_its_last_gate_goes() -> None:
+    s = ai_sim(gpu_node("n1"))
+    gated = dataclasses.replace(ai_pod("g", gpu_cards=1), scheduling_gates=("x.io/hold",))
+    s.events.pod_changed(gated)
+    s.run()
+    assert s.queue.where(gated.uid) == GATED
+    assert s.cache.get(gated.uid) is None  # never attempted, so never placed
+    s.events.pod_changed(dataclasses.replace(gated, scheduling_gates=()))
+    s.run()
+    entry = s.cache.get(gated.uid)
+    assert entry is not None and entry.node == "n1"

@@ -15,7 +15,7 @@ from gpusched.core.cache.snapshot import Snapshot
 from gpusched.framework import Allocation
 from gpusched.model import keys
 from gpusched.model.node import MAX_CARD_MEMORY_MIB, Card
-from gpusched.model.pod import PodInfo, parse_gpu_ids
+from gpusched.model.pod import HostPort, PodInfo, parse_gpu_ids
 from tests.builders import cache_with, gpu_node, make_pod
 
 
@@ -543,3 +543,22 @@ def test_a_raising_warning_receiver_leaves_the_pod_charged() -> None:
     c.remove_pod(pod.uid)
     assert free_milli(c) == [1000] * 8
     assert c.snapshot.node_cpu_free[c.snapshot.row_of("a")] == 64_000
+
+
+def test_host_ports_in_use_follow_bound_and_assumed_pods_per_node() -> None:
+    c = cache_with("n1", "n2")
+    web = (HostPort("0.0.0.0", "TCP", 80),)
+    dns = (HostPort("10.0.0.1", "UDP", 53),)
+    c.add_or_update_pod(replace(make_pod("a"), node_name="n1", host_ports=web))
+    c.add_or_update_pod(replace(make_pod("b"), node_name="n1", host_ports=web + dns))
+    c.assume(replace(make_pod("c"), host_ports=dns), Allocation("n2", c.snapshot.row_of("n2")))
+    c.add_or_update_pod(replace(make_pod("none"), node_name="n2"))  # no ports: no entry
+    assert c.used_host_ports() == {
+        "n1": {("TCP", 80): {"0.0.0.0": 2}, ("UDP", 53): {"10.0.0.1": 1}},
+        "n2": {("UDP", 53): {"10.0.0.1": 1}},
+    }
+    c.remove_pod("uid-b")
+    c.forget("uid-c")
+    assert c.used_host_ports() == {"n1": {("TCP", 80): {"0.0.0.0": 1}}}
+    c.remove_pod("uid-a")
+    assert c.used_host_ports() == {}

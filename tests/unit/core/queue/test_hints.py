@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from gpusched.core.queue import NodeChange, node_change
+from gpusched.core.queue import ClusterEvent, NodeChange, may_help, node_change
 from gpusched.model.node import Card, NodeModel, Taint
 from tests.builders import gpu_node, node
 
@@ -52,3 +52,14 @@ def test_a_watched_label_and_a_healed_card_and_uncordon() -> None:
     assert node_change(cordoned, healed, labels_changed=True) == (
         NodeChange.CARDS | NodeChange.SCHEDULABLE | NodeChange.LABELS
     )
+
+
+def test_node_ports_and_node_name_rejections_wake_on_the_right_events() -> None:
+    ports = frozenset({"NodePorts"})
+    assert may_help(ports, ClusterEvent.ASSIGNED_POD_DELETE)  # a deleted pod frees its ports
+    assert may_help(ports, ClusterEvent.NODE_ADD)
+    assert not may_help(ports, ClusterEvent.NODE_UPDATE, NodeChange.ANY)
+    name = frozenset({"NodeName"})
+    assert may_help(name, ClusterEvent.NODE_ADD)  # the named node may appear
+    assert not may_help(name, ClusterEvent.ASSIGNED_POD_DELETE)
+    assert not may_help(name, ClusterEvent.NODE_UPDATE, NodeChange.ANY)

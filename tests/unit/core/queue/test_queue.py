@@ -8,10 +8,11 @@ import dataclasses
 import pytest
 
 from gpusched.core.queue import ClusterEvent, NodeChange, SchedulingQueue, may_help
-from gpusched.core.queue.queue import ACTIVE, BACKOFF, INFLIGHT, UNSCHEDULABLE
+from gpusched.core.queue.queue import ACTIVE, BACKOFF, GATED, INFLIGHT, UNSCHEDULABLE
 from gpusched.framework.status import INVALID_POD as POD_SPEC
 from gpusched.model.pod import PodInfo, PodRequest
 from gpusched.plugins.priority_sort import PrioritySort
+from gpusched.plugins.scheduling_gates import SchedulingGates
 from tests.fakes import Clock
 
 
@@ -210,7 +211,7 @@ def test_pending_counts(queue: SchedulingQueue) -> None:
     queue.add(pod("b"))
     info = queue.pop_nowait()
     assert info is not None
-    assert queue.pending() == {ACTIVE: 1, BACKOFF: 0, UNSCHEDULABLE: 0, INFLIGHT: 1}
+    assert queue.pending() == {ACTIVE: 1, BACKOFF: 0, UNSCHEDULABLE: 0, INFLIGHT: 1, GATED: 0}
 
 
 def test_pod_updated_during_the_attempt_is_not_parked(queue: SchedulingQueue) -> None:
@@ -338,3 +339,55 @@ def test_other_pods_coming_and_going_wake_no_pod_a_node_only_filter_rejected(
     assert queue.where("uid-cpu") == ACTIVE and queue.where("uid-selector") == UNSCHEDULABLE
     assert queue.move_all(ClusterEvent.POD_GROUP_CHANGE) == 0
     assert queue.move_all(ClusterEvent.NODE_ADD) == 1
+
+
+def gated_queue(clock: Clock, seen: list[tuple[str, str]]) -> SchedulingQueue:
+    gates = SchedulingGates(None, None)  # type: ignore[arg-type]
+    return SchedulingQueue(
+        PrioritySort(None, None).less,
+        clock,
+        pre_enqueue=gates.pre_enqueue,
+        on_gated=lambda p, st: seen.append((p.name, st.message())),
+    )
+
+
+def test_a_gated_pod_waits_in_the_gated_set_not_attempted(clock: Clock) -> None:
+    seen: list[tuple[str, str]] = []
+    queue = gated_queue(clock, seen)
+    gated = dataclasses.replace(pod("g"), scheduling_gates=("x.io/wait",))
+    queue.add(gated)
+    queue.add(pod("free"))
+    assert queue.where(gated.uid) == GATED
+    assert queue.pending()[GATED] == 1 and len(queue) == 2
+    assert seen == [("g", "waiting for scheduling gates: [x.io/wait]")]
+    info = queue.pop_nowait()
+    assert info is not None and info.pod.name == "free"
+    assert queue.pop_nowait() is None
+    # Neither a cluster event nor the periodic flush moves it.
+    queue.move_all(ClusterEvent.NODE_ADD)
+    clock.t += 1000
+    queue.flush()
+    assert queue.where(gated.uid) == GATED
+    # An update that keeps a gate keeps it there, and does not report it again.
+    queue.add(dataclasses.replace(gated, labels={"a": "b"}))
+    assert queue.where(gated.uid) == GATED and len(seen) == 1
+
+
+def test_removing_the_last_gate_moves_the_pod_to_active(clock: Clock) -> None:
+    queue = gated_queue(clock, [])
+    gated = dataclasses.replace(pod("g"), scheduling_gates=("x.io/a", "x.io/b"))
+    queue.add(gated)
+    queue.add(dataclasses.replace(gated, scheduling_gates=("x.io/b",)))
+    assert queue.where(gated.uid) == GATED
+    queue.add(dataclasses.replace(gated, scheduling_gates=()))
+    assert queue.where(gated.uid) == ACTIVE and queue.pending()[GATED] == 0
+    info = queue.pop_nowait()
+    assert info is not None and info.pod.scheduling_gates == ()
+
+
+def test_deleting_a_gated_pod_forgets_it(clock: Clock) -> None:
+    queue = gated_queue(clock, [])
+    gated = dataclasses.replace(pod("g"), scheduling_gates=("x.io/a",))
+    queue.add(gated)
+    queue.delete(gated.uid)
+    assert queue.where(gated.uid) == "" and len(queue) == 0

@@ -12,7 +12,7 @@ import pytest
 from gpusched.config.profile import ConfigError, PluginRef, Point, Profile
 from gpusched.core.cache.snapshot import Snapshot
 from gpusched.core.runtime import tie_break
-from gpusched.core.runtime.framework import Framework
+from gpusched.core.runtime.framework import Framework, pre_enqueue_of
 from gpusched.core.runtime.tie_break import node_rank
 from gpusched.framework import Code, CycleState, Rows, Scores, Status
 from gpusched.framework.registry import Registry
@@ -322,3 +322,35 @@ def test_plugin_exceptions_after_filtering_become_error_statuses() -> None:
     st = fw.run_permit(CycleState(), pod, "n0")
     assert st.code is Code.ERROR and "Permit raised" in st.message()
     asyncio.run(fw.run_post_bind(CycleState(), pod, "n0"))  # logged, not raised
+
+
+class _Gates:
+    name: ClassVar[str] = "Gates"
+
+    def __init__(self, args: object, handle: object) -> None:
+        pass
+
+    def pre_enqueue(self, pod: PodInfo) -> Status:
+        if pod.name == "boom":
+            raise RuntimeError("broken")
+        return Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, ("gated",)) if pod.labels else Status()
+
+
+def test_pre_enqueue_names_the_refusing_plugin_and_turns_a_raise_into_an_error() -> None:
+    r = registry()
+    r.register(_Gates)
+    fw = Framework(profile(preEnqueue=(PluginRef("Gates"),)), r, handle())
+    assert fw.run_pre_enqueue(make_pod("a")).is_success()
+    st = fw.run_pre_enqueue(replace(make_pod("a"), labels={"x": "y"}))
+    assert (st.code, st.plugin, st.message()) == (
+        Code.UNSCHEDULABLE_AND_UNRESOLVABLE,
+        "Gates",
+        "gated",
+    )
+    assert fw.run_pre_enqueue(make_pod("boom")).code is Code.ERROR
+    check = pre_enqueue_of({"test": fw})
+    assert check is not None
+    assert not check(replace(make_pod("a"), labels={"x": "y"}, scheduler_name="test")).is_success()
+    # A pod of no profile passes; no profile with PreEnqueue plugins: no check at all.
+    assert check(replace(make_pod("a"), labels={"x": "y"}, scheduler_name="other")).is_success()
+    assert pre_enqueue_of({"test": Framework(profile(), registry(), handle())}) is None
