@@ -239,6 +239,8 @@ class FakeWriter:
         self.annotations: dict[str, dict[str, str]] = {}
         self.events: list[tuple[str, str]] = []  # (object name, reason)
         self.event_written = asyncio.Event()
+        self.conditions: list[tuple[str, str, str]] = []  # (pod name, reason, message)
+        self.condition_written = asyncio.Event()
 
     async def bind(
         self, pod: PodInfo, node: str, annotations: Mapping[str, str] | None = None
@@ -257,7 +259,8 @@ class FakeWriter:
         self.event_written.set()
 
     async def pod_condition(self, pod: PodInfo, reason: str, message: str) -> None:
-        return None
+        self.conditions.append((pod.name, reason, message))
+        self.condition_written.set()
 
     def forget(self, uid: str) -> None:
         return None

@@ -24,6 +24,7 @@ from gpusched.core.cache.snapshot import Snapshot
 from gpusched.core.events import ClusterEvents
 from gpusched.core.handle import SchedulerHandle
 from gpusched.core.queue import QueuedPodInfo, SchedulingQueue
+from gpusched.core.queue.queue import GATED
 from gpusched.core.runtime.framework import Framework, TieBreak, pre_enqueue_of
 from gpusched.core.schedule_one import Decision, Observer, Outcome, Result, ScheduleOne
 from gpusched.framework.registry import Registry
@@ -180,6 +181,11 @@ class Simulation:
         self.events.pod_changed(pod)
         self.run()
         decision = self._decisions.get(pod.uid)
+        if decision is None and self.queue.where(pod.uid) == GATED:
+            raise ValueError(
+                f"pod {pod.key} is held at PreEnqueue (e.g. spec.schedulingGates) and cannot"
+                " be placed; feed it through `events.pod_changed` and ungate it by an update"
+            )
         if decision is None:
             raise RuntimeError(f"pod {pod.key} was queued but never attempted")
         return decision

@@ -330,6 +330,38 @@ async def test_a_standby_writes_no_events_until_it_leads(
     assert not d.failed
 
 
+async def test_a_gated_pod_is_logged_at_once_and_its_condition_written_once_leading(
+    daemon: tuple[Daemon, FakeWriter],
+    stream: io.StringIO,
+    leases: FakeLeases,
+    lease_clock: FakeClock,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    d, writer = daemon
+    _another_leader_lives(leases, lease_clock)
+    _quiet_watches(d, monkeypatch)
+    raw = raw_pod("gated", "5")
+    raw["spec"]["schedulingGates"] = [{"name": "x.io/hold"}]
+    d.pod_watch._line(watch_line("ADDED", raw))
+    assert d.queue.where("uid-gated") == "gated"
+    gated = [e for e in _events(stream) if e.get("result") == "gated"]
+    assert gated[0]["message"] == "waiting for scheduling gates: [x.io/hold]"
+    assert gated[0]["plugin"] == "SchedulingGates"
+    running = asyncio.create_task(d.run())
+    await asyncio.wait_for(d.ready.wait(), GUARD)
+    await asyncio.wait_for(until(lambda: len(lease_clock.sleeps) >= 5, lease_clock.changed), GUARD)
+    assert writer.conditions == []  # a standby writes nothing
+    _the_leader_steps_down(leases)
+    await asyncio.wait_for(writer.condition_written.wait(), GUARD)
+    assert writer.conditions == [
+        ("gated", "SchedulingGated", "Scheduling is blocked due to non-empty scheduling gates")
+    ]
+    assert d.queue.where("uid-gated") == "gated" and writer.binds == []
+    d.stop()
+    await asyncio.wait_for(running, GUARD)
+    assert not d.failed
+
+
 async def test_taking_over_an_unreleased_lease_waits_a_lease_duration_before_binding(
     daemon: tuple[Daemon, FakeWriter],
     leases: FakeLeases,

@@ -237,3 +237,11 @@ def test_a_gated_pod_is_held_by_the_queue_until_its_last_gate_goes() -> None:
     s.run()
     entry = s.cache.get(gated.uid)
     assert entry is not None and entry.node == "n1"
+
+
+def test_submitting_a_gated_pod_says_it_is_gated() -> None:
+    s = ai_sim(gpu_node("n1"))
+    gated = dataclasses.replace(ai_pod("g"), scheduling_gates=("x.io/hold",))
+    with pytest.raises(ValueError, match="held at PreEnqueue"):
+        s.submit(gated)
+    assert s.queue.where(gated.uid) == GATED
