@@ -48,11 +48,14 @@ def _refs(*names: str) -> tuple[PluginRef, ...]:
 
 # The `ai-scheduler` profile. Score weights are the seed article's alpha, beta, gamma:
 # fragmentation first, thermal headroom next, network locality last.
-# SchedulingGates, NodeName and NodePorts as in kube-scheduler's default profile.
+# SchedulingGates, NodeName and NodePorts as in kube-scheduler's default profile;
+# DynamicResources refuses pods with DRA claims until gpusched allocates them.
 DEFAULT_PLUGINS: Mapping[Point, tuple[PluginRef, ...]] = {
     Point.PRE_ENQUEUE: _refs("SchedulingGates"),
     Point.QUEUE_SORT: _refs("PrioritySort"),
-    Point.PRE_FILTER: _refs("NodeResourcesFit", "NodeAffinity", "NodePorts", "GPUFit"),
+    Point.PRE_FILTER: _refs(
+        "NodeResourcesFit", "NodeAffinity", "NodePorts", "DynamicResources", "GPUFit"
+    ),
     Point.FILTER: _refs(
         "NodeUnschedulable",
         "NodeName",

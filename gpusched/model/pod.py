@@ -117,6 +117,8 @@ class PodInfo:
     errors: tuple[str, ...] = ()
     # spec.schedulingGates' names: a gated pod is not attempted (SchedulingGates PreEnqueue).
     scheduling_gates: tuple[str, ...] = ()
+    # spec.resourceClaims names (Dynamic Resource Allocation)
+    resource_claims: tuple[str, ...] = ()
     # Host ports the pod takes on its node (NodePorts), kube's GetHostPorts.
     host_ports: tuple[HostPort, ...] = ()
 
@@ -368,6 +370,10 @@ def _scheduling_gates(spec: Mapping[str, Any]) -> tuple[str, ...]:
     return tuple(str(g.get("name", "")) for g in _dicts(spec.get("schedulingGates")))
 
 
+def _resource_claims(spec: Mapping[str, Any]) -> tuple[str, ...]:
+    return tuple(str(c.get("name", "")) for c in _dicts(spec.get("resourceClaims")))
+
+
 def host_ports(spec: Mapping[str, Any]) -> tuple[HostPort, ...]:
     """kube's GetHostPorts: the ports with a hostPort > 0 of sidecar (restartPolicy: Always)
     init containers and regular containers, with the empty host IP and protocol defaulted
@@ -499,5 +505,6 @@ def pod_from_k8s(obj: Mapping[str, Any]) -> PodInfo:
         deleting=meta.get("deletionTimestamp") is not None,
         errors=tuple(errors),
         scheduling_gates=_scheduling_gates(spec),
+        resource_claims=_resource_claims(spec),
         host_ports=host_ports(spec),
     )

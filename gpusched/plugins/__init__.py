@@ -6,6 +6,7 @@ from gpusched.framework.registry import Registry
 from gpusched.plugins.best_fit_score import BestFitScore
 from gpusched.plugins.default_binder import DefaultBinder
 from gpusched.plugins.dot_product_score import DotProductScore
+from gpusched.plugins.dynamic_resources import DynamicResources
 from gpusched.plugins.fgd_score import FGDScore
 from gpusched.plugins.gpu_clustering_score import GpuClusteringScore
 from gpusched.plugins.gpu_fit import GPUFit
@@ -30,6 +31,7 @@ BUILTIN = (
     NodeName,
     NodePorts,
     NodeResourcesFit,
+    DynamicResources,
     TaintToleration,
     NodeAffinity,
     GPUFit,

@@ -60,6 +60,10 @@ PLUGIN_NODE_CHANGES: dict[str, NodeChange] = {
 }
 
 
+# Rejections only the pod itself could lift (a malformed pod; DRA claims, which are
+# immutable): no cluster event wakes them, only the periodic flush.
+POD_ONLY = frozenset({INVALID_POD, "DynamicResources"})
+
 # Filters whose verdict depends on the node and the pod itself only, never on other pods.
 NODE_ONLY = frozenset(
     {"NodeAffinity", "TaintToleration", "NodeUnschedulable", "NodeName", INVALID_POD}
@@ -90,7 +94,7 @@ def may_help(
     flush)."""
     if event is ClusterEvent.FLUSH:
         return True
-    if rejected_by and rejected_by <= {INVALID_POD}:
+    if rejected_by and rejected_by <= POD_ONLY:
         return False
     if event is ClusterEvent.NODE_UPDATE:
         return node_update_may_help(rejected_by, change)
