@@ -60,7 +60,8 @@ async def delete_namespace(kube: Kube, name: str) -> None:
     namespace's ``kubernetes`` finalizer ourselves: with kube-controller-manager's
     namespace-controller that only makes the namespace go sooner (the controller tolerates
     it), and on a control plane without it nothing else would empty a Terminating
-    namespace.
+    namespace. Finalized this way, objects other than pods the namespace still holds
+    (a Deployment, a Job) stay in etcd: delete them first where that matters.
     """
     try:
         await kube.delete(pod_path(name), query=[("gracePeriodSeconds", "0")])

@@ -192,3 +192,10 @@ async def test_deployment_and_job_pods_are_created_bound_and_collected(
         # The Job's pods are untouched by that.
         left = await kube.get(pod_path(namespace), query=[("labelSelector", "app=train")])
         assert len(left["items"]) == 2
+        # The Job too (delete_namespace finalizes the namespace itself, which would leave a
+        # Job behind in etcd): its finished pods go with it.
+        await kube.delete(
+            f"{JOBS.format(namespace=namespace)}/train",
+            query=[("propagationPolicy", "Background")],
+        )
+        await watch_pods(kube, namespace, "app=train", lambda pods: not pods)
