@@ -389,6 +389,9 @@ class LocalCluster:
                 f"--kubeconfig={kubeconfig}",
                 f"--authentication-kubeconfig={kubeconfig}",
                 f"--authorization-kubeconfig={kubeconfig}",
+                # Tokens only, no client CA: the apiserver publishes no
+                # extension-apiserver-authentication ConfigMap to look up.
+                "--authentication-skip-lookup=true",
                 # Each controller with its own service account and system:controller:* role.
                 "--use-service-account-credentials=true",
                 f"--controllers={','.join(CONTROLLERS)}",
