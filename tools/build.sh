@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds the local control plane's binaries (kube-apiserver, kube-scheduler, kubectl, etcd,
+# Builds the local control plane's binaries (kube-apiserver, kube-controller-manager,
+# kube-scheduler, kubectl, etcd,
 # kwok) from the Go module proxy and caches them by version outside the checkout:
 #
 #   ${GPUSCHED_CACHE:-~/.cache/gpusched}/bin/<component>-<version>/<binary>
@@ -102,6 +103,7 @@ build_k8s() {
   build_component k8s k8s.io/kubernetes "$ld" \
     "k8s.io/kubernetes/cmd/kube-apiserver=kube-apiserver
      k8s.io/kubernetes/cmd/kube-scheduler=kube-scheduler
+     k8s.io/kubernetes/cmd/kube-controller-manager=kube-controller-manager
      k8s.io/kubernetes/cmd/kubectl=kubectl"
 }
 

@@ -23,7 +23,7 @@ from gpusched.devcluster.cluster import (
     stop_recorded,
 )
 from gpusched.devcluster.processes import StartError, http_ok
-from gpusched.kube import Kube
+from gpusched.kube import Kube, wait_for
 
 
 def _log(message: str) -> None:
@@ -55,6 +55,15 @@ async def _bootstrap(cluster: LocalCluster, specs: list[nodes.NodeSpec]) -> None
         await bootstrap.load_nodes(kube, specs)
         await bootstrap.wait_nodes_ready(kube, [s.name for s in specs])
         _log(f"{len(specs)} KWOK GPU nodes Ready in {time.monotonic() - t0:.1f}s")
+        # With the ServiceAccount admission plugin on, a pod in `default` is refused until
+        # serviceaccount-controller has created default/default: `kubectl run` must work.
+        await wait_for(
+            kube,
+            "/api/v1/namespaces/default/serviceaccounts",
+            "default",
+            lambda _sa: True,
+            what="the default ServiceAccount of namespace default",
+        )
 
 
 def cmd_up(args: argparse.Namespace) -> int:

@@ -16,7 +16,10 @@ TOOLS_DIR = REPO_ROOT / "tools"
 
 # component -> (module whose version names the cache directory, binaries it provides)
 COMPONENTS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "k8s": ("k8s.io/kubernetes", ("kube-apiserver", "kube-scheduler", "kubectl")),
+    "k8s": (
+        "k8s.io/kubernetes",
+        ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl"),
+    ),
     "etcd": ("go.etcd.io/etcd/server/v3", ("etcd",)),
     "kwok": ("sigs.k8s.io/kwok", ("kwok",)),
 }
@@ -53,6 +56,7 @@ def pinned_versions() -> dict[str, str]:
 @dataclass(frozen=True, slots=True)
 class Binaries:
     kube_apiserver: Path
+    kube_controller_manager: Path
     kube_scheduler: Path
     kubectl: Path
     etcd: Path
@@ -61,6 +65,7 @@ class Binaries:
     def all(self) -> dict[str, Path]:
         return {
             "kube-apiserver": self.kube_apiserver,
+            "kube-controller-manager": self.kube_controller_manager,
             "kube-scheduler": self.kube_scheduler,
             "kubectl": self.kubectl,
             "etcd": self.etcd,
@@ -71,7 +76,7 @@ class Binaries:
 def find_binaries() -> Binaries:
     """The pinned binaries, or BinaryNotFoundError saying how to build them.
 
-    $GPUSCHED_BIN_DIR, when set, is one directory holding all five binaries (e.g. a CI cache
+    $GPUSCHED_BIN_DIR, when set, is one directory holding all six binaries (e.g. a CI cache
     or binaries built some other way); otherwise the version-keyed cache of build.sh.
     """
     override = os.environ.get("GPUSCHED_BIN_DIR")
@@ -97,6 +102,7 @@ def find_binaries() -> Binaries:
         )
     return Binaries(
         kube_apiserver=found["kube-apiserver"],
+        kube_controller_manager=found["kube-controller-manager"],
         kube_scheduler=found["kube-scheduler"],
         kubectl=found["kubectl"],
         etcd=found["etcd"],

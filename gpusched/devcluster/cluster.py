@@ -1,4 +1,5 @@
-"""The local control plane: etcd, kube-apiserver, the KWOK controller, kube-scheduler.
+"""The local control plane: etcd, kube-apiserver, kube-controller-manager, the KWOK
+controller, kube-scheduler.
 
 Library use (tests)::
 
@@ -20,7 +21,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
@@ -45,12 +46,43 @@ WORKDIR_PREFIX = "gpusched-cluster-"
 OWNER_FILE = "owner.pid"
 START_ATTEMPTS = 3  # a picked port can be taken before the child binds it; then retry
 APISERVER = "kube-apiserver"
+CONTROLLER_MANAGER = "kube-controller-manager"
+# kube-controller-manager runs only these (names as `kube-controller-manager --help` lists
+# them for v1.36): what turns Deployments, Jobs, StatefulSets and DaemonSets into pods,
+# garbage-collects dependents, empties deleted namespaces, gives every namespace its
+# `default` ServiceAccount and kube-root-ca.crt, binds and protects PVCs, creates
+# ResourceClaims and ephemeral PVCs for pods, keeps PDB status (eviction reads it), and
+# collects orphaned and terminated pods. NOT node-lifecycle-controller: KWOK nodes have
+# heartbeats off (configs.kwok_config), so it would find every node's status stale, taint
+# them NotReady/unreachable and evict their pods. Nothing else either (no node IPAM, no
+# CSR signing, no service/endpoint controllers): nothing here needs them.
+CONTROLLERS = (
+    "serviceaccount-token-controller",
+    "serviceaccount-controller",
+    "root-ca-certificate-publisher-controller",
+    "namespace-controller",
+    "garbage-collector-controller",
+    "deployment-controller",
+    "replicaset-controller",
+    "job-controller",
+    "statefulset-controller",
+    "daemonset-controller",
+    "disruption-controller",
+    "pod-garbage-collector-controller",
+    "persistentvolume-binder-controller",
+    "persistentvolumeclaim-protection-controller",
+    "resourceclaim-controller",
+    "ephemeral-volume-controller",
+)
 
 
 @dataclass
 class ClusterOptions:
     kwok: bool = True
     kube_scheduler: bool = True
+    # kube-controller-manager with CONTROLLERS. Off: the old shape (no controllers, the
+    # ServiceAccount admission plugin off, so pods need no `default` ServiceAccount).
+    controller_manager: bool = True
     # True: children die with this process (tests). False: they outlive it (cluster-up).
     attached: bool = True
     # Where certs, etcd data and logs go; a fresh temp dir (removed on stop) when None.
@@ -68,6 +100,7 @@ class Endpoints:
     apiserver: int = 0
     kwok: int = 0
     kube_scheduler: int = 0
+    controller_manager: int = 0
 
 
 class LocalCluster:
@@ -227,12 +260,13 @@ class LocalCluster:
             self._owns_workdir = True
             if self.options.attached:
                 (self.workdir / OWNER_FILE).write_text(str(os.getpid()))
-        self.ports = Endpoints(*(free_port() for _ in range(5)))
+        self.ports = Endpoints(*(free_port() for _ in fields(Endpoints)))
 
         t0 = time.monotonic()
         self._pki = pki.generate(self.workdir / "pki")
         self.identities = pki.write_token_file(
-            self.workdir / "tokens.csv", [pki.ADMIN, pki.KUBE_SCHEDULER, pki.KWOK, pki.NO_RIGHTS]
+            self.workdir / "tokens.csv",
+            [pki.ADMIN, pki.KUBE_SCHEDULER, pki.KUBE_CONTROLLER_MANAGER, pki.KWOK, pki.NO_RIGHTS],
         )
         write_kubeconfig(
             self.kubeconfig, self.server, self.ca_file, self.token(pki.ADMIN.user), "admin"
@@ -241,6 +275,8 @@ class LocalCluster:
 
         self._start_etcd()
         self._start_apiserver()
+        if self.options.controller_manager:
+            self._start_controller_manager()
         if self.options.kwok:
             self._start_kwok()
         if self.options.kube_scheduler:
@@ -314,12 +350,19 @@ class LocalCluster:
                 f"--service-account-key-file={p.sa_public_key}",
                 f"--service-account-signing-key-file={p.sa_private_key}",
                 "--service-cluster-ip-range=10.96.0.0/16",
-                # No controller-manager runs: nothing would create the default service
-                # account, nor lift the not-ready taint TaintNodesByCondition puts on nodes.
-                # ValidatingAdmissionPolicy stays on (a default plugin since 1.30; the log
-                # lists it under "validating admission controller(s)"):
-                # tests/integration/test_admission.py applies manifests/admission/.
-                "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
+                # No node-lifecycle-controller runs (see CONTROLLERS), so nothing would lift
+                # the not-ready taint TaintNodesByCondition puts on new nodes. ServiceAccount
+                # is on when serviceaccount-controller runs to create each namespace's
+                # `default` ServiceAccount. ValidatingAdmissionPolicy stays on (a default
+                # plugin since 1.30; the log lists it under "validating admission
+                # controller(s)"): tests/integration/test_admission.py applies
+                # manifests/admission/.
+                "--disable-admission-plugins="
+                + (
+                    "TaintNodesByCondition"
+                    if self.options.controller_manager
+                    else "ServiceAccount,TaintNodesByCondition"
+                ),
                 # Endpoints may not hold a loopback address, so the reconciler that publishes
                 # the apiserver's own address would only log errors.
                 "--endpoint-reconciler-type=none",
@@ -327,6 +370,53 @@ class LocalCluster:
                 *self.options.apiserver_args,
             ],
         )
+
+    def feature_gates(self) -> list[str]:
+        """The --feature-gates flags given to kube-apiserver (ClusterOptions.apiserver_args),
+        for the components that must agree with it."""
+        return [a for a in self.options.apiserver_args if a.startswith("--feature-gates=")]
+
+    def _start_controller_manager(self) -> None:
+        assert self.binaries is not None
+        assert self._pki is not None
+        t0 = time.monotonic()
+        kubeconfig = self.kubeconfig_for(pki.KUBE_CONTROLLER_MANAGER.user)
+        port = self.ports.controller_manager
+        process = self._spawn(
+            CONTROLLER_MANAGER,
+            [
+                str(self.binaries.kube_controller_manager),
+                f"--kubeconfig={kubeconfig}",
+                f"--authentication-kubeconfig={kubeconfig}",
+                f"--authorization-kubeconfig={kubeconfig}",
+                # Tokens only, no client CA: the apiserver publishes no
+                # extension-apiserver-authentication ConfigMap to look up.
+                "--authentication-skip-lookup=true",
+                # Each controller with its own service account and system:controller:* role.
+                "--use-service-account-credentials=true",
+                f"--controllers={','.join(CONTROLLERS)}",
+                # The token controller signs legacy token Secrets with the key the apiserver
+                # verifies; the publisher and the token controller hand out this CA.
+                f"--service-account-private-key-file={self._pki.sa_private_key}",
+                f"--root-ca-file={self.ca_file}",
+                "--leader-elect=false",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={port}",
+                f"--cert-dir={self.workdir / CONTROLLER_MANAGER}",
+                # Tests write fast; the default qps (20) would make the controllers lag.
+                "--kube-api-qps=500",
+                "--kube-api-burst=1000",
+                "--profiling=false",
+                *self.feature_gates(),
+            ],
+        )
+        wait_ready(
+            process,
+            lambda: http_ok(f"https://127.0.0.1:{port}/healthz"),
+            timeout=self.options.start_timeout,
+            hint="The flags or controller names may not suit this version; see the log.",
+        )
+        self._timed(CONTROLLER_MANAGER, t0)
 
     def _start_kwok(self) -> None:
         assert self.binaries is not None

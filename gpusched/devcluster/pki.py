@@ -142,6 +142,10 @@ class Identity:
 # baseline runs with exactly the rights the ClusterRole system:kube-scheduler grants.
 ADMIN = Identity("gpusched-admin", ("system:masters",))
 KUBE_SCHEDULER = Identity("system:kube-scheduler")
+# Its bootstrap role lets it get tokens for the controllers' own service accounts in
+# kube-system (--use-service-account-credentials): each controller then acts with its
+# system:controller:* role, as on a kubeadm cluster.
+KUBE_CONTROLLER_MANAGER = Identity("system:kube-controller-manager")
 KWOK = Identity("gpusched-kwok", ("system:masters",))
 NO_RIGHTS = Identity("gpusched-no-rights")  # only system:authenticated: discovery, no more
 

@@ -23,20 +23,45 @@ def pod_path(namespace: str, name: str = "") -> str:
     return f"{base}/{name}" if name else base
 
 
-async def create_namespace(kube: Kube, name: str, labels: Mapping[str, str] | None = None) -> JSON:
+async def create_namespace(
+    kube: Kube,
+    name: str,
+    labels: Mapping[str, str] | None = None,
+    *,
+    wait_service_account: bool = True,
+    timeout: float = 60.0,  # noqa: ASYNC109
+) -> JSON:
+    """Create the namespace; with ``wait_service_account``, return once its ``default``
+    ServiceAccount exists (watched, not polled): kube-controller-manager's
+    serviceaccount-controller creates it just after the namespace, and until then the
+    ServiceAccount admission plugin refuses every pod created there. Pass False on a
+    cluster without that controller (LocalCluster with ``controller_manager=False``)."""
     metadata: JSON = {"name": name}
     if labels:
         metadata["labels"] = dict(labels)
     body = {"apiVersion": "v1", "kind": "Namespace", "metadata": metadata}
-    return await kube.post("/api/v1/namespaces", body)
+    created = await kube.post("/api/v1/namespaces", body)
+    if wait_service_account:
+        await wait_for(
+            kube,
+            f"/api/v1/namespaces/{name}/serviceaccounts",
+            "default",
+            lambda _sa: True,
+            timeout=timeout,
+            what="the default ServiceAccount (does kube-controller-manager run?)",
+        )
+    return created
 
 
 async def delete_namespace(kube: Kube, name: str) -> None:
-    """Delete the namespace's pods, then the namespace itself.
+    """Delete the namespace's pods, then the namespace itself, and finalize it.
 
-    The local control plane runs no kube-controller-manager, so nothing would empty a
-    Terminating namespace nor remove its ``kubernetes`` finalizer: we delete the pods (so
-    they stop holding node capacity) and finalize the namespace ourselves.
+    We delete the pods first (so they stop holding node capacity at once) and remove the
+    namespace's ``kubernetes`` finalizer ourselves: with kube-controller-manager's
+    namespace-controller that only makes the namespace go sooner (the controller tolerates
+    it), and on a control plane without it nothing else would empty a Terminating
+    namespace. Finalized this way, objects other than pods the namespace still holds
+    (a Deployment, a Job) stay in etcd: delete them first where that matters.
     """
     try:
         await kube.delete(pod_path(name), query=[("gracePeriodSeconds", "0")])

@@ -83,4 +83,4 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     if _timings:
         terminalreporter.section("local control plane")
         for name, seconds in _timings.items():
-            terminalreporter.write_line(f"{name:28} {seconds:6.2f} s")
+            terminalreporter.write_line(f"{name:32} {seconds:6.2f} s")

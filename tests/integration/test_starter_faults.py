@@ -7,11 +7,13 @@ import os
 import socket
 import tempfile
 from collections.abc import Iterator
+from dataclasses import fields
 from pathlib import Path
 
 import pytest
 
 from gpusched.devcluster import ClusterOptions, LocalCluster, StartError, find_binaries
+from gpusched.devcluster.cluster import Endpoints
 from gpusched.devcluster.processes import free_port
 
 pytestmark = pytest.mark.integration
@@ -99,10 +101,11 @@ def test_a_port_always_taken_fails_with_advice(
     taken_port: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     calls = iter(range(1000))
+    per_attempt = len(fields(Endpoints))
     # Every attempt's first port (etcd's client port) is the taken one.
     monkeypatch.setattr(
         "gpusched.devcluster.cluster.free_port",
-        lambda: taken_port if next(calls) % 5 == 0 else free_port(),
+        lambda: taken_port if next(calls) % per_attempt == 0 else free_port(),
     )
     local = LocalCluster(ClusterOptions(kwok=False, kube_scheduler=False))
 
