@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
+from gpusched.core.schedule_one import Result
 from gpusched.framework import (
     CycleState,
     FilterPlugin,
@@ -22,8 +24,11 @@ from gpusched.plugins.node_resources_fit import (
 from gpusched.plugins.node_resources_fit.plugin import STATE
 from tests.builders import (
     MiB,
+    ai_pod,
+    ai_sim,
     all_rows,
     fit_strategy,
+    gpu_node,
     node,
     passing,
     pod,
@@ -300,3 +305,21 @@ def test_ignored_resources_and_groups_skip_extended_resources_only() -> None:
     assert NodeResourcesFitArgs(ignored_resource_groups=("a/b",)).validate()[0][0] == (
         "ignoredResourceGroups[0]"
     )
+
+
+def test_other_resources_through_the_scheduler_read_as_kube_scheduler_says_them() -> None:
+    s = ai_sim(
+        replace(gpu_node("a"), other=(("rdma/hca", 1),)),
+        replace(gpu_node("b"), other=(("rdma/hca", 1),)),
+    )
+    rdma = (("rdma/hca", 1),)
+    placed = [s.submit(ai_pod(f"r{i}", other=rdma)) for i in range(2)]
+    assert [d.result for d in placed] == [Result.SCHEDULED] * 2
+    assert sorted(d.node for d in placed) == ["a", "b"]
+    full = s.submit(ai_pod("r2", other=rdma))
+    assert full.result is Result.UNSCHEDULABLE
+    assert full.message == "0/2 nodes are available: 2 Insufficient rdma/hca."
+    nowhere = s.submit(ai_pod("fpga", other=(("example.com/fpga", 1),)))
+    assert nowhere.result is Result.UNSCHEDULABLE
+    assert nowhere.status.code is Code.UNSCHEDULABLE_AND_UNRESOLVABLE
+    assert nowhere.message == "0/2 nodes are available: 2 Insufficient example.com/fpga."
