@@ -11,8 +11,9 @@ requests, status.containerStatuses[].resources.requests and .allocatedResources,
 left out while the resize is Infeasible (condition PodResizePending with reason Infeasible
 since 1.33, status.resize "Infeasible" before): a resize the kubelet has not finished or
 cannot do still holds what the node admitted. The same rule covers every resource the model
-reads (cpu, memory, nvidia.com/gpu; extended resources cannot be resized, the max keeps them
-as they are).
+reads (cpu, memory, nvidia.com/gpu and the other resources kept in `PodRequest.other`:
+extended resources, ephemeral-storage, hugepages-*; those cannot be resized, the max keeps
+them as they are).
 
 Malformed gpusched annotations never raise: they are collected in `PodInfo.errors`, each
 naming the annotation and the value, and the framework turns them into an
