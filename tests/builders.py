@@ -84,9 +84,10 @@ def node(
     taints: Iterable[tuple[str, str, str]] = (),
     unschedulable: bool = False,
     cards: int = 0,
+    other: Mapping[str, int] | None = None,
 ) -> NodeModel:
     """A small CPU node (4 CPUs, 16 GiB) with the labels, taints and flags the standard
-    plugins look at; `cards` A100s if asked."""
+    plugins look at; `cards` A100s if asked; `other` allocatable resources (rdma/hca: 2)."""
     return NodeModel(
         name=name,
         cpu_milli=cpu,
@@ -96,6 +97,7 @@ def node(
         labels=dict(labels or {}),
         taints=tuple(Taint(k, v, e) for k, v, e in taints),
         unschedulable=unschedulable,
+        other=tuple(sorted((other or {}).items())),
     )
 
 

@@ -42,13 +42,14 @@ class FilterResult:
     never writes into either, and skips the rejection count for it.
     `reasons[codes[row]]` explains a rejected row; without `codes` every rejected row gets
     `reasons[0]`. `unresolvable` rows cannot be fixed by preempting pods (a taint, a missing
-    GPU model), the others maybe can (not enough free cards).
+    GPU model), the others maybe can (not enough free cards): True for every rejected row,
+    or a mask of the rows it holds for.
     """
 
     feasible: Mask
     reasons: tuple[str, ...] = ()
     codes: NDArray[np.int8] | None = None
-    unresolvable: bool = False
+    unresolvable: bool | Mask = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -312,8 +313,9 @@ class Diagnosis:
                 for i, reason in enumerate(res.reasons):
                     if counts[i]:
                         reasons[reason] = reasons.get(reason, 0) + int(counts[i])
-            if res.unresolvable:
-                unresolvable = rejected if unresolvable is None else unresolvable | rejected
+            if res.unresolvable is not False:
+                rows = rejected if res.unresolvable is True else rejected & res.unresolvable
+                unresolvable = rows if unresolvable is None else unresolvable | rows
         self._reasons = reasons
         self._unresolvable = unresolvable
         return reasons

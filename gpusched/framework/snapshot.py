@@ -44,6 +44,9 @@ MAX_CARDS_LIMIT = 63
 MAX_WATCHED_KEYS = 1024
 # GPU model constraints (pod input) whose allowed-model arrays are kept.
 MAX_ALLOWED_CACHE = 256
+# Distinct "other" resources (extended resources, ephemeral-storage, hugepages-*) with a
+# column; a real cluster has a handful. Past it a node offering a new one is refused.
+MAX_OTHER_RESOURCES = 64
 
 
 class Interner:
@@ -161,6 +164,12 @@ class NodeColumns:
         # Every change to a row's resources stamps it with a new version, so a plugin that
         # caches per-row results recomputes only the rows changed since it last looked.
         self.version = 0
+        # Other resources (PodRequest.other, NodeModel.other): name -> column of
+        # node_other_alloc / node_other_free, created when a node or a charged pod first
+        # names the resource. A row without the resource has 0 allocatable there.
+        self.other_index: dict[str, int] = {}
+        self.node_other_alloc: NDArray[np.int64] = np.zeros((0, 0), np.int64)
+        self.node_other_free: NDArray[np.int64] = np.zeros((0, 0), np.int64)
         self._alloc(capacity)
 
     # -- storage ---------------------------------------------------------------------------
@@ -197,6 +206,8 @@ class NodeColumns:
         grow("node_labelset", (capacity,), np.int32, -1)
         grow("node_taintset", (capacity,), np.int32, -1)
         grow("row_version", (capacity,), np.int64, 0)
+        grow("node_other_alloc", (capacity, len(self.other_index)), np.int64, 0)
+        grow("node_other_free", (capacity, len(self.other_index)), np.int64, 0)
         self.names.extend([""] * (capacity - old))
         self.nodes.extend([None] * (capacity - old))
         self._free_rows.extend(range(capacity - 1, old - 1, -1))
@@ -240,6 +251,10 @@ class NodeColumns:
         if node is None:
             raise KeyError(f"snapshot row {row} is empty")
         return node
+
+    def other_column(self, name: str) -> int:
+        """The column of an other resource, -1 when no node or pod has named it."""
+        return self.other_index.get(name, -1)
 
     def valid_rows(self) -> NDArray[np.intp]:
         return np.flatnonzero(self.node_valid)

@@ -52,6 +52,10 @@ class NodeModel:
     # Where the card list came from: "inventory" (gpusched agent), "gfd" (labels and
     # allocatable, cards assumed identical), or "none" (a CPU node).
     gpu_source: str = "none"
+    # Every other allocatable resource, sorted by name, in base units (extended resources
+    # as counts, ephemeral-storage and hugepages-* in bytes): what NodeResourcesFit checks
+    # a pod's `PodRequest.other` against.
+    other: tuple[tuple[str, int], ...] = ()
     # Problems found while parsing, e.g. a malformed inventory annotation; the node is still
     # used (with the fallback) and the daemon reports each warning once as an Event.
     warnings: tuple[str, ...] = ()
@@ -89,6 +93,34 @@ def _quantity(
     if not 0 <= value <= hi:
         return default, f"{where}={raw!r} is out of range (0-{hi}); using {default}"
     return value, ""
+
+
+# Allocatable entries with their own NodeModel field; every other one goes to `other`.
+_OWN_RESOURCES = frozenset(("cpu", "memory", "pods", keys.GPU_RESOURCE))
+# More allocatable resources than any node advertises; a node listing more is malformed.
+MAX_NODE_OTHER_RESOURCES = 256
+
+
+def _other_allocatable(
+    alloc: Mapping[str, Any], warnings: list[str]
+) -> tuple[tuple[str, int], ...]:
+    """The node's other allocatable resources in base units; a malformed or out-of-range
+    quantity is reported and read as 0 (nothing offered: pods asking for it do not fit)."""
+    out: list[tuple[str, int]] = []
+    for name in alloc:
+        if not isinstance(name, str) or name in _OWN_RESOURCES:
+            continue
+        if len(out) >= MAX_NODE_OTHER_RESOURCES:
+            warnings.append(
+                f"status.allocatable lists more than {MAX_NODE_OTHER_RESOURCES} resources;"
+                " the rest are ignored"
+            )
+            break
+        value, warning = _quantity(alloc, name, to_int, 0)
+        if warning:
+            warnings.append(warning)
+        out.append((name, value))
+    return tuple(sorted(out))
 
 
 def _mapping(
@@ -227,6 +259,7 @@ def node_from_k8s(obj: object, topo: TopologyKeys | None = None) -> NodeModel:
     pods, w3 = _quantity(alloc, "pods", to_int, 110, MAX_NODE_PODS)
     gpus, w4 = _quantity(alloc, keys.GPU_RESOURCE, to_int, -1)
     warnings += [w for w in (w1, w2, w3, w4) if w]
+    other = _other_allocatable(alloc, warnings)
 
     cards: tuple[Card, ...] = ()
     source = "none"
@@ -290,5 +323,6 @@ def node_from_k8s(obj: object, topo: TopologyKeys | None = None) -> NodeModel:
         rack=labels.get(topo.rack, ""),
         spine=labels.get(topo.spine, ""),
         gpu_source=source,
+        other=other,
         warnings=tuple(warnings),
     )

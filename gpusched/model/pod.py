@@ -11,8 +11,9 @@ requests, status.containerStatuses[].resources.requests and .allocatedResources,
 left out while the resize is Infeasible (condition PodResizePending with reason Infeasible
 since 1.33, status.resize "Infeasible" before): a resize the kubelet has not finished or
 cannot do still holds what the node admitted. The same rule covers every resource the model
-reads (cpu, memory, nvidia.com/gpu; extended resources cannot be resized, the max keeps them
-as they are).
+reads (cpu, memory, nvidia.com/gpu and the other resources kept in `PodRequest.other`:
+extended resources, ephemeral-storage, hugepages-*; those cannot be resized, the max keeps
+them as they are).
 
 Malformed gpusched annotations never raise: they are collected in `PodInfo.errors`, each
 naming the annotation and the value, and the framework turns them into an
@@ -58,6 +59,10 @@ class PodRequest:
     gpu_mem_mib: int = 0
     gpu_models: tuple[str, ...] = ()  # any of; empty = any model
     nvlink: NVLink = NVLink.NONE
+    # Every other resource requested (> 0), sorted by name, in base units: extended
+    # resources (rdma/hca, nvidia.com/mig-1g.10gb) as counts, ephemeral-storage and
+    # hugepages-* in bytes. NodeResourcesFit checks them against the node's allocatable.
+    other: tuple[tuple[str, int], ...] = ()
 
     @property
     def kind(self) -> GpuKind:
@@ -297,6 +302,17 @@ def pod_resource_requests(
     return total
 
 
+# Resources the model keeps in their own fields (cpu, memory, nvidia.com/gpu), or that are
+# no pod's request (pods); every other one goes to PodRequest.other.
+_OWN_RESOURCES = frozenset(("cpu", "memory", "pods", keys.GPU_RESOURCE))
+
+
+def other_requests(totals: Mapping[str, int]) -> tuple[tuple[str, int], ...]:
+    """The requests `PodRequest.other` keeps: every resource outside the model's own fields
+    with a positive amount (kube-scheduler skips a zero request), sorted by name."""
+    return tuple(sorted((n, v) for n, v in totals.items() if v > 0 and n not in _OWN_RESOURCES))
+
+
 _INTEGER = re.compile(r"[+-]?[0-9]+")
 _CARD_INDEX = re.compile(r"[0-9]{1,2}")
 MAX_CARD_IDS = 64
@@ -486,6 +502,7 @@ def pod_from_k8s(obj: Mapping[str, Any]) -> PodInfo:
             gpu_mem_mib=gmem,
             gpu_models=models,
             nvlink=nvlink,
+            other=other_requests(totals),
         ),
         scheduler_name=str(spec.get("schedulerName") or "default-scheduler"),
         node_name=str(spec.get("nodeName") or ""),

@@ -305,7 +305,13 @@ class ClusterCache:
         snap = self.snapshot
         req = entry.pod.request
         snap.apply(
-            alloc.row, req.cpu_milli, req.memory_bytes, alloc.cards, alloc.milli, alloc.mem_mib
+            alloc.row,
+            req.cpu_milli,
+            req.memory_bytes,
+            alloc.cards,
+            alloc.milli,
+            alloc.mem_mib,
+            other=req.other,
         )
         if alloc.cards and (snap.card_free_milli[alloc.row, list(alloc.cards)] < 0).any():
             # The API is the truth: keep the pod, but say the node is over-committed.
@@ -335,7 +341,7 @@ class ClusterCache:
             a = entry.alloc
             req = entry.pod.request
             self.snapshot.apply(
-                a.row, req.cpu_milli, req.memory_bytes, a.cards, a.milli, a.mem_mib, -1
+                a.row, req.cpu_milli, req.memory_bytes, a.cards, a.milli, a.mem_mib, -1, req.other
             )
             self._job_add(entry.pod, a.row, -1)
 

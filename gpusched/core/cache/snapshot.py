@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from gpusched.framework.snapshot import MAX_CARDS_LIMIT, NO_CARD, NodeColumns
+from gpusched.framework.snapshot import MAX_CARDS_LIMIT, MAX_OTHER_RESOURCES, NO_CARD, NodeColumns
 from gpusched.model.node import (
     FULL_CARD_MILLI,
     MAX_CARD_MEMORY_MIB,
@@ -65,6 +65,8 @@ class Snapshot(NodeColumns):
                 self.node_pods_free,
             ):
                 col[row] = 0
+            self.node_other_alloc[row] = 0
+            self.node_other_free[row] = 0
             old = None
         else:
             old = self.nodes[row]
@@ -78,6 +80,8 @@ class Snapshot(NodeColumns):
         self.node_cpu_alloc[row] = node.cpu_milli
         self.node_mem_alloc[row] = node.memory_bytes
         self.node_pods_alloc[row] = node.pods
+        if node.other or (old is not None and old.other):
+            self._set_other(row, node)
         self.node_unschedulable[row] = node.unschedulable
         # Label and taint sets are shared and reference-counted; a label set holds only
         # the watched keys, so a label nothing selects on changes nothing here.
@@ -131,11 +135,48 @@ class Snapshot(NodeColumns):
                 )
             if self.models.find(c.model) < 0:
                 new_models.add(c.model)
+        fresh = {name for name, _ in node.other if name not in self.other_index}
+        if len(self.other_index) + len(fresh) > MAX_OTHER_RESOURCES:
+            raise ValueError(
+                f"node {node.name}: more than {MAX_OTHER_RESOURCES} distinct extended"
+                f" resources seen; {sorted(fresh)[0]!r} not added"
+            )
+        for name, value in node.other:
+            if not 0 <= value <= MAX_NODE_RESOURCE:
+                raise ValueError(
+                    f"node {node.name}: {name}={value} is out of range (0-{MAX_NODE_RESOURCE})"
+                )
         if len(self.models.values) + len(new_models) > MAX_MODELS:
             raise ValueError(
                 f"node {node.name}: more than {MAX_MODELS} distinct GPU models seen; model"
                 f" {sorted(new_models)[0]!r} not added"
             )
+
+    def other_column_for(self, name: str) -> int:
+        """The column of an other resource, added (zero on every row) when new; -1 past
+        MAX_OTHER_RESOURCES (nodes are checked before this, in `_check`)."""
+        col = self.other_index.get(name)
+        if col is not None:
+            return col
+        if len(self.other_index) >= MAX_OTHER_RESOURCES:
+            return -1
+        col = len(self.other_index)
+        self.other_index[name] = col
+        pad = np.zeros((self.capacity, 1), np.int64)
+        self.node_other_alloc = np.concatenate([self.node_other_alloc, pad], axis=1)
+        self.node_other_free = np.concatenate([self.node_other_free, pad], axis=1)
+        return col
+
+    def _set_other(self, row: int, node: NodeModel) -> None:
+        """A row's other allocatable resources, keeping what its pods use of each (free =
+        allocatable - used); a resource the node no longer lists has allocatable 0."""
+        cols = [(self.other_column_for(name), value) for name, value in node.other]
+        alloc = np.zeros(len(self.other_index), np.int64)
+        for col, value in cols:
+            if col >= 0:  # always: _check refused the node past the bound
+                alloc[col] = value
+        self.node_other_free[row] += alloc - self.node_other_alloc[row]
+        self.node_other_alloc[row] = alloc
 
     def _set_cards(self, row: int, node: NodeModel) -> None:
         """Rewrite a row's card columns, keeping each slot's used share.
@@ -202,14 +243,21 @@ class Snapshot(NodeColumns):
         milli: Sequence[int],
         mem_mib: Sequence[int],
         sign: int = 1,
+        other: Sequence[tuple[str, int]] = (),
     ) -> None:
         """Take (sign=1) or give back (sign=-1) a pod's resources on one row.
 
-        `milli[i]`/`mem_mib[i]` are what the pod holds on card `cards[i]`.
+        `milli[i]`/`mem_mib[i]` are what the pod holds on card `cards[i]`; `other` the pod's
+        other resources (PodRequest.other), charged whether or not the node offers them, as
+        kube-scheduler's NodeInfo.Requested is.
         """
         self.node_cpu_free[row] -= sign * cpu_milli
         self.node_mem_free[row] -= sign * memory_bytes
         self.node_pods_free[row] -= sign
+        for name, amount in other:
+            col = self.other_column_for(name)
+            if col >= 0:
+                self.node_other_free[row, col] -= sign * amount
         for c, m, mm in zip(cards, milli, mem_mib, strict=True):
             self.card_free_milli[row, c] -= sign * m
             self.card_free_mem[row, c] -= sign * mm

@@ -34,7 +34,8 @@ class ClusterEvent(enum.Enum):
 
 class NodeChange(enum.Flag):
     NONE = 0
-    ALLOCATABLE = enum.auto()  # CPU, memory or pod count allocatable grew
+    # CPU, memory, pod count or an other resource's (rdma/hca, ephemeral-storage) grew
+    ALLOCATABLE = enum.auto()
     CARDS = enum.auto()  # a card appeared, healed, grew, or changed model or NVLink island
     LABELS = enum.auto()  # a label some selector reads (a watched key) changed
     TAINTS = enum.auto()  # a taint went away (or changed)
@@ -120,11 +121,22 @@ def _cards_gained(old: tuple[Card, ...], new: tuple[Card, ...]) -> bool:
     return False
 
 
+def _other_grew(old: tuple[tuple[str, int], ...], new: tuple[tuple[str, int], ...]) -> bool:
+    """An other resource appeared or grew (a device plugin registering after the node)."""
+    before = dict(old)
+    return any(v > before.get(name, 0) for name, v in new)
+
+
 def node_change(old: NodeModel, new: NodeModel, *, labels_changed: bool) -> NodeChange:
     """What in a node update may make a rejected pod schedulable. `labels_changed`: whether
     a watched label changed (the snapshot knows which keys are watched)."""
     out = NodeChange.NONE
-    if new.cpu_milli > old.cpu_milli or new.memory_bytes > old.memory_bytes or new.pods > old.pods:
+    if (
+        new.cpu_milli > old.cpu_milli
+        or new.memory_bytes > old.memory_bytes
+        or new.pods > old.pods
+        or (new.other != old.other and _other_grew(old.other, new.other))
+    ):
         out |= NodeChange.ALLOCATABLE
     if new.cards != old.cards and _cards_gained(old.cards, new.cards):
         out |= NodeChange.CARDS

@@ -99,6 +99,10 @@ class ScoringStrategy:
 @dataclass(frozen=True, slots=True)
 class NodeResourcesFitArgs:
     scoring_strategy: ScoringStrategy = field(default_factory=ScoringStrategy)
+    # kube-scheduler's: extended resources Filter does not check, by name, and by group
+    # (the part of the name before "/", e.g. "example.com").
+    ignored_resources: tuple[str, ...] = ()
+    ignored_resource_groups: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         s: Any = self.scoring_strategy
@@ -148,6 +152,18 @@ class NodeResourcesFitArgs:
                         f" not in valid range (0, {MAX_WEIGHT}]",
                     )
                 )
+        for i, group in enumerate(self.ignored_resource_groups):
+            if not isinstance(group, str) or not group or "/" in group:
+                errs.append(
+                    (
+                        f"ignoredResourceGroups[{i}]",
+                        f"{group!r} is not a resource group: the name part before '/',"
+                        " e.g. example.com",
+                    )
+                )
+        for i, name in enumerate(self.ignored_resources):
+            if not isinstance(name, str) or not name:
+                errs.append((f"ignoredResources[{i}]", f"{name!r} is not a resource name"))
         rtcr = s.requested_to_capacity_ratio
         where = f"{base}.requestedToCapacityRatio"
         if s.type == REQUESTED_TO_CAPACITY_RATIO:

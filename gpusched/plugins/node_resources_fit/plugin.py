@@ -1,4 +1,5 @@
-"""NodeResourcesFit (PreFilter, Filter, PreScore, Score): cpu, memory and pod count.
+"""NodeResourcesFit (PreFilter, Filter, PreScore, Score): pod count, cpu, memory and every
+other requested resource (extended resources, ephemeral-storage, hugepages-*).
 
 Filter and Score are whole-cluster numpy expressions over the snapshot's columns; the
 integer arithmetic is kube-scheduler's (Go int64 division), so scores match it point for
@@ -24,7 +25,7 @@ from gpusched.framework.interfaces import (
     Scores,
 )
 from gpusched.framework.snapshot import NO_CARD, NodeColumns
-from gpusched.framework.status import Status
+from gpusched.framework.status import Code, Status
 from gpusched.model.keys import GPU_RESOURCE
 from gpusched.model.node import FULL_CARD_MILLI
 from gpusched.model.pod import PodInfo
@@ -42,6 +43,7 @@ REASON_PODS = "Too many pods"
 REASON_CPU = "Insufficient cpu"
 REASON_MEMORY = "Insufficient memory"
 REASONS = (REASON_PODS, REASON_CPU, REASON_MEMORY)
+EPHEMERAL_STORAGE = "ephemeral-storage"
 
 # pkg/scheduler/util: what scoring assumes a container without a request uses, so
 # best-effort pods do not all pile onto one node (DefaultMilliCPURequest,
@@ -50,6 +52,13 @@ DEFAULT_MILLI_CPU_REQUEST = 100
 DEFAULT_MEMORY_REQUEST = 200 * 1024 * 1024
 
 _MAX = int(MAX_NODE_SCORE)
+
+
+def is_extended_resource(name: str) -> bool:
+    """v1helper.IsExtendedResourceName, as far as names the API accepts go: a name with a
+    domain ("rdma/hca", "nvidia.com/mig-1g.10gb") outside kubernetes.io; ephemeral-storage
+    and hugepages-* are native."""
+    return "/" in name and "kubernetes.io/" not in name and not name.startswith("requests.")
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,9 +70,12 @@ class PodRequests:
     score_cpu_milli: int
     score_memory_bytes: int
     gpu_cards: int
+    # The other resources Filter checks (ignored extended resources left out), in
+    # kube-scheduler's order: ephemeral-storage, then the rest by name.
+    other: tuple[tuple[str, int], ...] = ()
 
     @classmethod
-    def of(cls, pod: PodInfo) -> PodRequests:
+    def of(cls, pod: PodInfo, args: NodeResourcesFitArgs | None = None) -> PodRequests:
         req = pod.request
         return cls(
             cpu_milli=req.cpu_milli,
@@ -71,7 +83,22 @@ class PodRequests:
             score_cpu_milli=req.cpu_milli or DEFAULT_MILLI_CPU_REQUEST,
             score_memory_bytes=req.memory_bytes or DEFAULT_MEMORY_REQUEST,
             gpu_cards=req.gpu_cards,
+            other=_checked(req.other, args) if req.other else (),
         )
+
+
+def _checked(
+    other: tuple[tuple[str, int], ...], args: NodeResourcesFitArgs | None
+) -> tuple[tuple[str, int], ...]:
+    names = args.ignored_resources if args is not None else ()
+    groups = args.ignored_resource_groups if args is not None else ()
+    kept = [
+        (name, amount)
+        for name, amount in other
+        if not (is_extended_resource(name) and (name in names or name.split("/", 1)[0] in groups))
+    ]
+    kept.sort(key=lambda kv: (kv[0] != EPHEMERAL_STORAGE, kv[0]))
+    return tuple(kept)
 
 
 STATE: StateKey[PodRequests] = StateKey("NodeResourcesFit/requests")
@@ -104,13 +131,33 @@ class NodeResourcesFit:
     # -- PreFilter / Filter ----------------------------------------------------------------
 
     def pre_filter(self, state: CycleState, pod: PodInfo) -> tuple[PreFilterResult | None, Status]:
-        state.write(STATE, PodRequests.of(pod))
+        req = PodRequests.of(pod, self.args)
+        state.write(STATE, req)
+        if req.other:
+            # A resource no node offers in the amount asked for: every node would say
+            # Insufficient, and preempting pods frees none of it.
+            missing = self._offered_nowhere(req.other)
+            if missing:
+                n = self.handle.snapshot.size
+                return None, Status(
+                    Code.UNSCHEDULABLE_AND_UNRESOLVABLE,
+                    tuple(f"{n} Insufficient {name}" for name in missing),
+                )
         return None, Status()
 
-    @staticmethod
-    def _requests(state: CycleState, pod: PodInfo) -> PodRequests:
+    def _offered_nowhere(self, other: tuple[tuple[str, int], ...]) -> list[str]:
+        snap = self.handle.snapshot
+        valid = snap.node_valid
+        out: list[str] = []
+        for name, amount in other:
+            col = snap.other_column(name)
+            if col < 0 or not bool(np.any(valid & (snap.node_other_alloc[:, col] >= amount))):
+                out.append(name)
+        return out
+
+    def _requests(self, state: CycleState, pod: PodInfo) -> PodRequests:
         got = state.get(STATE)
-        return got if got is not None else PodRequests.of(pod)
+        return got if got is not None else PodRequests.of(pod, self.args)
 
     def filter(self, state: CycleState, pod: PodInfo, candidates: Mask) -> FilterResult:
         req = self._requests(state, pod)
@@ -125,18 +172,54 @@ class NodeResourcesFit:
             if req.memory_bytes > 0
             else np.zeros(n, np.bool_)
         )
-        bad = candidates & (pods | cpu | mem)
+        bad = pods | cpu | mem
+        if req.other:
+            return self._filter_other(req, snap, candidates, n, bad, pods, cpu)
+        bad &= candidates
         if not bad.any():
             return FilterResult(candidates)
         # First failing check wins: pods (0), else cpu (1), else memory (2).
         codes = np.where(pods, 0, np.where(cpu, 1, 2)).astype(np.int8)
         return FilterResult(candidates & ~bad, REASONS, codes)
 
+    @staticmethod
+    def _filter_other(
+        req: PodRequests,
+        snap: NodeColumns,
+        candidates: Mask,
+        n: int,
+        bad: Mask,
+        pods: Mask,
+        cpu: Mask,
+    ) -> FilterResult:
+        """The slow path, for pods requesting other resources: each checked against the
+        row's free amount (`Insufficient <name>`); a row whose allocatable is below the
+        request is unresolvable there (kube-scheduler's InsufficientResource.Unresolvable)."""
+        codes = np.where(pods, 0, np.where(cpu, 1, 2)).astype(np.int8)
+        unresolvable = np.zeros(n, np.bool_)
+        reasons = list(REASONS)
+        for name, amount in req.other:
+            col = snap.other_column(name)
+            if col < 0:
+                short = np.ones(n, np.bool_)
+                never = short
+            else:
+                short = snap.node_other_free[:n, col] < amount
+                never = snap.node_other_alloc[:n, col] < amount
+            codes = np.where(bad, codes, np.int8(len(reasons))).astype(np.int8)
+            reasons.append(f"Insufficient {name}")
+            bad = bad | short
+            unresolvable |= never
+        bad &= candidates
+        if not bad.any():
+            return FilterResult(candidates)
+        return FilterResult(candidates & ~bad, tuple(reasons), codes, unresolvable & bad)
+
     # -- PreScore / Score ------------------------------------------------------------------
 
     def pre_score(self, state: CycleState, pod: PodInfo, rows: Rows) -> Status:
         if state.get(STATE) is None:
-            state.write(STATE, PodRequests.of(pod))
+            state.write(STATE, PodRequests.of(pod, self.args))
         return Status()
 
     def _alloc_requested(

@@ -267,3 +267,19 @@ def test_wrong_json_types_are_warnings_not_exceptions(where: str, value: Any, sa
 def test_a_node_that_is_not_an_object_is_a_warning() -> None:
     m = node_from_k8s([])  # raised AttributeError: 'list' object has no attribute 'get'
     assert m.name == "" and m.warnings == ("the node is list, not an object",)
+
+
+def test_other_allocatable_resources_in_base_units() -> None:
+    raw = node()
+    raw["status"]["allocatable"].update(
+        {"rdma/hca": "2", "ephemeral-storage": "100Gi", "hugepages-1Gi": "2Gi", "bad.io/x": "1q"}
+    )
+    n = node_from_k8s(raw)
+    assert dict(n.other) == {
+        "bad.io/x": 0,
+        "ephemeral-storage": 100 * 2**30,
+        "hugepages-1Gi": 2 * 2**30,
+        "rdma/hca": 2,
+    }
+    assert any("bad.io/x" in w for w in n.warnings)
+    assert node_from_k8s(node()).other == ()  # cpu, memory, pods and the GPU count are fields

@@ -486,3 +486,33 @@ def test_host_ports_of_containers_and_sidecars_with_kube_defaults() -> None:
         HostPort("0.0.0.0", "TCP", 8080),
         HostPort("10.0.0.1", "UDP", 53),
     )
+
+
+def test_other_resources_follow_pod_requests_with_init_sidecars_and_overhead() -> None:
+    """Extended resources, ephemeral-storage and hugepages as PodRequests sums them: regular
+    containers and sidecars added, an init container next to the sidecars started before it,
+    the maximum of the two, overhead on top; zero requests dropped, cpu/memory/GPU not here."""
+    main = {
+        "name": "main",
+        "resources": {
+            "requests": {"rdma/hca": "1", "ephemeral-storage": "1Gi", "example.com/zero": "0"},
+            "limits": {"rdma/hca": "1", "hugepages-2Mi": "4Mi", keys.GPU_RESOURCE: "1"},
+        },
+    }
+    sidecar = {
+        "name": "side",
+        "restartPolicy": "Always",
+        "resources": {"requests": {"rdma/hca": "1", "ephemeral-storage": "512Mi"}},
+    }
+    init = {"name": "init", "resources": {"requests": {"rdma/hca": "3"}}}
+    p = pod_from_k8s(pod([main], [sidecar, init], overhead={"ephemeral-storage": "1Mi"}))
+    assert p.errors == ()
+    assert p.request.gpu_cards == 1
+    assert dict(p.request.other) == {
+        "ephemeral-storage": GI + 512 * 2**20 + 2**20,
+        "hugepages-2Mi": 4 * 2**20,
+        # the init container runs next to the sidecar: 3 + 1 > 1 + 1
+        "rdma/hca": 4,
+    }
+    assert [n for n, _ in p.request.other] == sorted(n for n, _ in p.request.other)
+    assert pod_from_k8s(pod([c("1", "1Gi")])).request.other == ()

@@ -562,3 +562,62 @@ def test_host_ports_in_use_follow_bound_and_assumed_pods_per_node() -> None:
     assert c.used_host_ports() == {"n1": {("TCP", 80): {"0.0.0.0": 1}}}
     c.remove_pod("uid-a")
     assert c.used_host_ports() == {}
+
+
+# -- other resources (extended, ephemeral-storage, hugepages) ----------------------------
+
+
+def _rdma_cache() -> tuple[ClusterCache, int, int]:
+    c = ClusterCache(Snapshot(8, capacity=2))
+    c.upsert_node(replace(gpu_node("a"), other=(("ephemeral-storage", 100), ("rdma/hca", 4))))
+    snap = c.snapshot
+    return c, snap.row_of("a"), snap.other_column("rdma/hca")
+
+
+def test_other_resources_are_charged_on_assume_and_freed_exactly_on_forget_and_delete() -> None:
+    c, row, col = _rdma_cache()
+    snap = c.snapshot
+    eph = snap.other_column("ephemeral-storage")
+    p = make_pod("p", cpu_milli=1000, other=(("ephemeral-storage", 30), ("rdma/hca", 3)))
+    c.assume(p, Allocation("a", row))
+    assert snap.node_other_free[row, col] == 1
+    assert snap.node_other_free[row, eph] == 70
+    assert snap.node_other_alloc[row, col] == 4
+    c.forget(p.uid)
+    assert snap.node_other_free[row, col] == 4
+    assert snap.node_other_free[row, eph] == 100
+    bound_pod = replace(p, node_name="a")
+    c.add_or_update_pod(bound_pod)
+    assert snap.node_other_free[row, col] == 1
+    c.remove_pod(p.uid)
+    assert snap.node_other_free[row].tolist() == snap.node_other_alloc[row].tolist()
+
+
+def test_other_resources_follow_a_resize_and_a_node_update() -> None:
+    c, row, col = _rdma_cache()
+    snap = c.snapshot
+    p = replace(make_pod("p", other=(("rdma/hca", 1),)), node_name="a")
+    c.add_or_update_pod(p)
+    c.add_or_update_pod(replace(p, request=replace(p.request, other=(("rdma/hca", 2),))))
+    assert snap.node_other_free[row, col] == 2
+    # The node's allocatable shrinks to 1: the pod still uses 2, so free is -1.
+    c.upsert_node(replace(gpu_node("a"), other=(("rdma/hca", 1),)))
+    assert snap.node_other_alloc[row, col] == 1
+    assert snap.node_other_free[row, col] == -1
+    c.remove_pod(p.uid)
+    assert snap.node_other_free[row, col] == 1
+
+
+def test_a_pod_charges_a_resource_its_node_does_not_offer_and_gives_it_back() -> None:
+    """kube-scheduler's Requested counts it too: a node that starts offering it later sees
+    what the pod already holds."""
+    c, row, _ = _rdma_cache()
+    snap = c.snapshot
+    p = replace(make_pod("p", other=(("example.com/fpga", 2),)), node_name="a")
+    c.add_or_update_pod(p)
+    col = snap.other_column("example.com/fpga")
+    assert col >= 0 and snap.node_other_free[row, col] == -2
+    c.upsert_node(replace(gpu_node("a"), other=(("example.com/fpga", 3),)))
+    assert snap.node_other_free[row, col] == 1
+    c.remove_pod(p.uid)
+    assert snap.node_other_free[row, col] == 3

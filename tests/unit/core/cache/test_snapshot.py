@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from gpusched.core.cache import snapshot as snapshot_module
-from gpusched.framework.snapshot import MAX_ALLOWED_CACHE
+from gpusched.framework.snapshot import MAX_ALLOWED_CACHE, MAX_OTHER_RESOURCES
 from gpusched.model.node import Card, NodeModel, Taint
 from tests.builders import cache_with, node, snapshot
 
@@ -153,3 +153,18 @@ def test_more_gpu_models_than_the_int16_column_holds_are_refused(
         snap.upsert_node(dataclasses.replace(node("b"), cards=(Card(0, "T4", 1),)))
     assert snap.row_of("b") < 0
     snap.upsert_node(dataclasses.replace(node("c"), cards=(Card(0, "H100", 1),)))  # a known one
+
+
+def test_other_resource_columns_are_bounded_with_a_clear_refusal() -> None:
+    snap = snapshot_module.Snapshot(8, capacity=2)
+    names = {f"example.com/r{i}": 1 for i in range(MAX_OTHER_RESOURCES)}
+    snap.upsert_node(node("a", other=names))
+    assert len(snap.other_index) == MAX_OTHER_RESOURCES
+    with pytest.raises(ValueError, match=f"more than {MAX_OTHER_RESOURCES} distinct extended"):
+        snap.upsert_node(node("b", other={"example.com/one-more": 1}))
+    assert snap.row_of("b") < 0
+    # Growing the rows keeps the columns.
+    for i in range(4):
+        snap.upsert_node(node(f"n{i}", other={"example.com/r0": i}))
+    assert snap.node_other_alloc[snap.row_of("n3"), snap.other_column("example.com/r0")] == 3
+    assert snap.node_other_alloc[snap.row_of("a"), snap.other_column("example.com/r5")] == 1

@@ -38,6 +38,8 @@ CARD0 = Card(0, "A100", 81920)
         ),
         (dataclasses.replace(BASE, unschedulable=True), NodeChange.NONE),
         (dataclasses.replace(BASE, rack="r1"), NodeChange.TOPOLOGY),
+        # A device plugin registering rdma/hca after the node came up, or growing it.
+        (dataclasses.replace(BASE, other=(("rdma/hca", 1),)), NodeChange.ALLOCATABLE),
     ],
 )
 def test_node_change(new: NodeModel, expected: NodeChange) -> None:
@@ -63,3 +65,12 @@ def test_node_ports_and_node_name_rejections_wake_on_the_right_events() -> None:
     assert may_help(name, ClusterEvent.NODE_ADD)  # the named node may appear
     assert not may_help(name, ClusterEvent.ASSIGNED_POD_DELETE)
     assert not may_help(name, ClusterEvent.NODE_UPDATE, NodeChange.ANY)
+
+
+def test_other_allocatable_grows_or_shrinks() -> None:
+    two = dataclasses.replace(BASE, other=(("ephemeral-storage", 10), ("rdma/hca", 2)))
+    more = dataclasses.replace(two, other=(("ephemeral-storage", 10), ("rdma/hca", 3)))
+    less = dataclasses.replace(two, other=(("ephemeral-storage", 10),))
+    assert node_change(two, more, labels_changed=False) == NodeChange.ALLOCATABLE
+    assert node_change(two, less, labels_changed=False) == NodeChange.NONE
+    assert node_change(two, two, labels_changed=False) == NodeChange.NONE

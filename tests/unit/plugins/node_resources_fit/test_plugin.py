@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
+from gpusched.core.schedule_one import Result
 from gpusched.framework import (
     CycleState,
     FilterPlugin,
@@ -13,6 +15,7 @@ from gpusched.framework import (
     PreScorePlugin,
     ScorePlugin,
 )
+from gpusched.framework.status import Code
 from gpusched.model.pod import PodRequest, pod_from_k8s
 from gpusched.plugins.node_resources_fit import (
     NodeResourcesFit,
@@ -21,8 +24,11 @@ from gpusched.plugins.node_resources_fit import (
 from gpusched.plugins.node_resources_fit.plugin import STATE
 from tests.builders import (
     MiB,
+    ai_pod,
+    ai_sim,
     all_rows,
     fit_strategy,
+    gpu_node,
     node,
     passing,
     pod,
@@ -221,3 +227,99 @@ def test_score_without_pre_filter_state() -> None:
     snap = two_nodes()
     p = pod(request=PodRequest(cpu_milli=3000, memory_bytes=5000))
     assert fit(snap).score(CycleState(), p, rows_of(snap, "n1")).tolist() == [37]
+
+
+# -- other resources: extended, ephemeral-storage, hugepages ---------------------------------
+
+
+def _other_pod(other: dict[str, int]) -> Any:
+    return pod(request=PodRequest(cpu_milli=100, other=tuple(sorted(other.items()))))
+
+
+def test_filter_checks_each_other_resource_with_kube_reasons() -> None:
+    snap = snapshot(
+        node(
+            "fits", other={"rdma/hca": 2, "ephemeral-storage": 10 * MiB, "hugepages-2Mi": 4 * MiB}
+        ),
+        node("no-rdma", other={"ephemeral-storage": 10 * MiB, "hugepages-2Mi": 4 * MiB}),
+        node(
+            "small-disk", other={"rdma/hca": 2, "ephemeral-storage": MiB, "hugepages-2Mi": 4 * MiB}
+        ),
+        node("no-pages", other={"rdma/hca": 2, "ephemeral-storage": 10 * MiB}),
+        node(
+            "used-rdma",
+            other={"rdma/hca": 2, "ephemeral-storage": 10 * MiB, "hugepages-2Mi": 4 * MiB},
+        ),
+    )
+    snap.apply(snap.row_of("used-rdma"), 0, 0, (), (), (), other=(("rdma/hca", 1),))
+    p = _other_pod({"rdma/hca": 2, "ephemeral-storage": 2 * MiB, "hugepages-2Mi": 2 * MiB})
+    plugin = fit(snap)
+    state = CycleState()
+    _, st = plugin.pre_filter(state, p)
+    assert st.is_success()
+    cand = all_rows(snap)
+    res = plugin.filter(state, p, cand)
+    assert passing(snap, res) == ["fits"]
+    assert reasons_by_node(snap, cand, res) == {
+        "no-rdma": "Insufficient rdma/hca",
+        # ephemeral-storage is checked first, as kube-scheduler does
+        "small-disk": "Insufficient ephemeral-storage",
+        "no-pages": "Insufficient hugepages-2Mi",
+        "used-rdma": "Insufficient rdma/hca",
+    }
+    # Preemption cannot give a node what it does not have; it can free used-rdma's.
+    assert isinstance(res.unresolvable, np.ndarray)
+    unresolvable = sorted(snap.names_of(np.flatnonzero(res.unresolvable)))
+    assert unresolvable == ["no-pages", "no-rdma", "small-disk"]
+
+
+def test_a_resource_no_node_offers_is_unschedulable_and_unresolvable() -> None:
+    snap = snapshot(node("a", other={"rdma/hca": 1}), node("b"))
+    plugin = fit(snap)
+    for p, missing in (
+        (_other_pod({"example.com/fpga": 1}), "example.com/fpga"),
+        (_other_pod({"rdma/hca": 2}), "rdma/hca"),  # offered, but never this many
+    ):
+        _, st = plugin.pre_filter(CycleState(), p)
+        assert st.code is Code.UNSCHEDULABLE_AND_UNRESOLVABLE
+        assert st.reasons == (f"2 Insufficient {missing}",)
+    _, st = plugin.pre_filter(CycleState(), _other_pod({"rdma/hca": 1}))
+    assert st.is_success()
+
+
+def test_ignored_resources_and_groups_skip_extended_resources_only() -> None:
+    snap = snapshot(node("a"))
+    args = NodeResourcesFitArgs(
+        ignored_resources=("rdma/hca",), ignored_resource_groups=("example.com",)
+    )
+    plugin = fit(snap, args)
+    p = _other_pod({"rdma/hca": 1, "example.com/fpga": 3})
+    state = CycleState()
+    _, st = plugin.pre_filter(state, p)
+    assert st.is_success()
+    assert passing(snap, plugin.filter(state, p, all_rows(snap))) == ["a"]
+    # A native resource is never ignored, whatever the group says.
+    native = fit(snap, NodeResourcesFitArgs(ignored_resources=("ephemeral-storage",)))
+    _, st = native.pre_filter(CycleState(), _other_pod({"ephemeral-storage": 1}))
+    assert st.code is Code.UNSCHEDULABLE_AND_UNRESOLVABLE
+    assert NodeResourcesFitArgs(ignored_resource_groups=("a/b",)).validate()[0][0] == (
+        "ignoredResourceGroups[0]"
+    )
+
+
+def test_other_resources_through_the_scheduler_read_as_kube_scheduler_says_them() -> None:
+    s = ai_sim(
+        replace(gpu_node("a"), other=(("rdma/hca", 1),)),
+        replace(gpu_node("b"), other=(("rdma/hca", 1),)),
+    )
+    rdma = (("rdma/hca", 1),)
+    placed = [s.submit(ai_pod(f"r{i}", other=rdma)) for i in range(2)]
+    assert [d.result for d in placed] == [Result.SCHEDULED] * 2
+    assert sorted(d.node for d in placed) == ["a", "b"]
+    full = s.submit(ai_pod("r2", other=rdma))
+    assert full.result is Result.UNSCHEDULABLE
+    assert full.message == "0/2 nodes are available: 2 Insufficient rdma/hca."
+    nowhere = s.submit(ai_pod("fpga", other=(("example.com/fpga", 1),)))
+    assert nowhere.result is Result.UNSCHEDULABLE
+    assert nowhere.status.code is Code.UNSCHEDULABLE_AND_UNRESOLVABLE
+    assert nowhere.message == "0/2 nodes are available: 2 Insufficient example.com/fpga."
