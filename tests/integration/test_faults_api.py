@@ -25,8 +25,9 @@ from __future__ import annotations
 
 import asyncio
 import io
+import time
 from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import aclosing
+from contextlib import aclosing, asynccontextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -72,6 +73,7 @@ from tests.integration.daemon_support import (
 from tests.integration.fault_support import (
     SOAK,
     OffsetClock,
+    PodWatch,
     TcpProxy,
     assert_invariants,
     invariant_violations,
@@ -142,6 +144,34 @@ def _decisions(stream: io.StringIO) -> list[JSON]:
         if rec.get("event") == "decision":
             out.append(rec)
     return out
+
+
+@asynccontextmanager
+async def _behind_proxy(
+    api_cluster: LocalCluster,
+    api: Kube,
+    ns: str,
+    nodes: list[JSON],
+    stream: io.StringIO,
+    tmp_path: Path,
+    settings: dict[str, Any] | None = None,
+    clock: Callable[[], float] = time.monotonic,
+) -> AsyncIterator[tuple[TcpProxy, PodWatch, Daemon]]:
+    """The test's pod watch, its node pool, and a daemon whose watches (only) go through a
+    TCP proxy the test can cut or stall; its writes go straight to the API server."""
+    async with (
+        TcpProxy(api_cluster.ports.apiserver) as proxy,
+        pod_watch(api, ns) as watch,
+        node_pool(api, nodes),
+        running_daemon(
+            api_cluster.kubeconfig,
+            stream,
+            settings,
+            watch_kubeconfig=kubeconfig_via(api_cluster, proxy, tmp_path / "proxy.kubeconfig"),
+            clock=clock,
+        ) as daemon,
+    ):
+        yield proxy, watch, daemon
 
 
 T = TypeVar("T")
@@ -277,15 +307,10 @@ async def test_watch_streams_cut_mid_burst(
     waves = [pods[:third], pods[third : 2 * third], pods[2 * third :]]
     names = [p["metadata"]["name"] for p in pods]
     stream = io.StringIO()
-    async with (
-        TcpProxy(api_cluster.ports.apiserver) as proxy,
-        pod_watch(api, ns) as watch,
-        node_pool(api, nodes),
-        running_daemon(
-            api_cluster.kubeconfig,
-            stream,
-            watch_kubeconfig=kubeconfig_via(api_cluster, proxy, tmp_path / "proxy.kubeconfig"),
-        ) as daemon,
+    async with _behind_proxy(api_cluster, api, ns, nodes, stream, tmp_path) as (
+        proxy,
+        watch,
+        daemon,
     ):
         await proxy.until_flowing(2)
         await create_pods(api, ns, waves[0])
@@ -344,15 +369,10 @@ async def test_gone_after_etcd_compaction(
     second = [demo_pod(f"second-{i}", gpus=2, **placement(pool)) for i in range(10)]
     stream = io.StringIO()
     try:
-        async with (
-            TcpProxy(api_cluster.ports.apiserver) as proxy,
-            pod_watch(api, ns) as watch,
-            node_pool(api, nodes),
-            running_daemon(
-                api_cluster.kubeconfig,
-                stream,
-                watch_kubeconfig=kubeconfig_via(api_cluster, proxy, tmp_path / "p.kubeconfig"),
-            ) as daemon,
+        async with _behind_proxy(api_cluster, api, ns, nodes, stream, tmp_path) as (
+            proxy,
+            watch,
+            daemon,
         ):
             await create_pods(api, ns, first)
             await watch.until(_bound_count(10), "the first 10 pods bound")
@@ -411,17 +431,11 @@ async def test_silent_watch_never_expires_a_bound_pod(
         settings["watch"] = {"timeoutSeconds": 40, "readTimeoutSeconds": 45}
     stream = io.StringIO()
     where = placement(pool)
-    async with (
-        TcpProxy(api_cluster.ports.apiserver) as proxy,
-        pod_watch(api, ns) as watch,
-        node_pool(api, [pool_node(spec, pool)]),
-        running_daemon(
-            api_cluster.kubeconfig,
-            stream,
-            settings,
-            watch_kubeconfig=kubeconfig_via(api_cluster, proxy, tmp_path / "p.kubeconfig"),
-            clock=clock,
-        ) as daemon,
+    nodes = [pool_node(spec, pool)]
+    async with _behind_proxy(api_cluster, api, ns, nodes, stream, tmp_path, settings, clock) as (
+        proxy,
+        watch,
+        daemon,
     ):
         held = _HeldBinds(daemon)
         await proxy.until_flowing(2)
