@@ -111,6 +111,12 @@ class Settled(enum.Enum):
     UNBOUND = "unbound"  # it did not land and no longer can: undo and retry
 
 
+class _SettledElsewhereError(ClusterWriteError):
+    """A Binding of unknown outcome settled as gone or bound elsewhere: nothing to retry."""
+
+    final = True
+
+
 class _FencedError(ClusterWriteError):
     """This instance may not write now (the Lease is not held, or not freshly renewed)."""
 
@@ -416,9 +422,12 @@ class ScheduleOne:
                 return failed, ""
             if found is not None:
                 message = f"bind {pod.key}: outcome unknown ({why}); the pod is {found.value}"
-                final = ClusterWriteError(message)
-                final.final = True
-                return Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, (message,), "", final), ""
+                return Status(
+                    Code.UNSCHEDULABLE_AND_UNRESOLVABLE,
+                    (message,),
+                    "",
+                    _SettledElsewhereError(message),
+                ), ""
             await asyncio.sleep(delay)
             delay = min(cap, delay * 2)
 

@@ -74,15 +74,16 @@ class TokenBucket:
 
 
 class WriteError(ClusterWriteError):
-    """Why a write failed; `status` is the HTTP code, 0 for a connection error."""
+    """Why a write failed; `status` is the HTTP code, 0 for a connection error. `sent`:
+    False when no connection was made, so nothing reached the API server."""
 
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str, *, sent: bool = True) -> None:
         super().__init__(message)
         self.status = status
         self.final = self.pod_gone or self.conflict
         # A 4xx is the API server refusing the request before applying it; no answer or a
         # 5xx may come after the write reached etcd (a timeout answered late, a reset).
-        self.uncertain = not 400 <= status < 500
+        self.uncertain = sent and not 400 <= status < 500
 
     @property
     def pod_gone(self) -> bool:
@@ -126,9 +127,7 @@ def _failure(what: str, pod: PodInfo, exc: Exception) -> Status:
         # Binding tried while the API server restarts would hold its cards for the whole
         # request timeout before being retried.
         reason = f"{what} {pod.key}: {type(exc).__name__}: {exc}; not sent, will retry"
-        failed = WriteError(0, reason)
-        failed.uncertain = False
-        return Status(Code.ERROR, (reason,), "", failed)
+        return Status(Code.ERROR, (reason,), "", WriteError(0, reason, sent=False))
     reason = f"{what} {pod.key}: {type(exc).__name__}: {exc}; {_UNKNOWN}"
     return Status(Code.ERROR, (reason,), "", WriteError(0, reason))
 
