@@ -147,9 +147,14 @@ def passing(snap: Snapshot, res: FilterResult) -> list[str]:
 
 
 def reasons_by_node(snap: Snapshot, candidates: Mask, res: FilterResult) -> dict[str, str]:
-    """node name -> the reason the filter gives for rejecting it."""
+    """node name -> the reason the filter gives for rejecting it (several, in the
+    filter's order and joined by ", ", when its result has `hits`)."""
     out: dict[str, str] = {}
     for row in np.flatnonzero(candidates & ~res.feasible):
+        if res.hits is not None:
+            held = [reason for i, reason in enumerate(res.reasons) if res.hits[i, row]]
+            out[snap.names[row]] = ", ".join(held)
+            continue
         code = 0 if res.codes is None else int(res.codes[row])
         out[snap.names[row]] = res.reasons[code]
     return out
