@@ -35,6 +35,7 @@ from gpusched.plugins.node_resources_fit.args import (
     MAX_UTILIZATION,
     MOST_ALLOCATED,
     NodeResourcesFitArgs,
+    is_extended_resource,
 )
 
 # Reasons in kube-scheduler's order (fitsRequest checks pods, then cpu, memory and the
@@ -51,13 +52,6 @@ DEFAULT_MILLI_CPU_REQUEST = 100
 DEFAULT_MEMORY_REQUEST = 200 * 1024 * 1024
 
 _MAX = int(MAX_NODE_SCORE)
-
-
-def is_extended_resource(name: str) -> bool:
-    """v1helper.IsExtendedResourceName, as far as names the API accepts go: a name with a
-    domain ("rdma/hca", "nvidia.com/mig-1g.10gb") outside kubernetes.io; ephemeral-storage
-    and hugepages-* are native."""
-    return "/" in name and "kubernetes.io/" not in name and not name.startswith("requests.")
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,7 +213,12 @@ class NodeResourcesFit:
         return Status()
 
     def _alloc_requested(
-        self, snap: NodeColumns, rows: Rows, name: str, req: PodRequests
+        self,
+        snap: NodeColumns,
+        rows: Rows,
+        name: str,
+        req: PodRequests,
+        pod_other: tuple[tuple[str, int], ...],
     ) -> tuple[I64, I64]:
         """(allocatable, requested after placing the pod) per row, kube-scheduler's
         calculateResourceAllocatableRequest. allocatable 0 means "do not score this
@@ -239,10 +238,18 @@ class NodeResourcesFit:
             has = snap.card_model[rows] != NO_CARD
             used = np.count_nonzero(has & (snap.card_free_milli[rows] < FULL_CARD_MILLI), axis=1)
             return alloc, used.astype(np.int64) + req.gpu_cards
-        # An extended resource the pod does not request is not scored (kube-scheduler
-        # returns (0, 0) for it).
+        # Any other resource from its snapshot columns (ignoredResources only affect
+        # Filter). An extended resource or hugepages the pod does not request is not scored
+        # (kube-scheduler returns (0, 0) for a scalar resource the pod does not ask for),
+        # nor is one no node offers; ephemeral-storage is scored whatever the pod asks.
         zero = np.zeros(len(rows), np.int64)
-        return zero, zero
+        amount = dict(pod_other).get(name, 0)
+        col = snap.other_column(name)
+        if col < 0 or (amount == 0 and name != EPHEMERAL_STORAGE):
+            return zero, zero
+        alloc = snap.node_other_alloc[rows, col].astype(np.int64)
+        used = alloc - snap.node_other_free[rows, col]
+        return alloc, used + amount
 
     def score(self, state: CycleState, pod: PodInfo, rows: Rows) -> Scores:
         req = self._requests(state, pod)
@@ -250,7 +257,7 @@ class NodeResourcesFit:
         node_score = np.zeros(len(rows), np.int64)
         weight_sum = np.zeros(len(rows), np.int64)
         for name, weight in self.resources:
-            alloc, requested = self._alloc_requested(snap, rows, name, req)
+            alloc, requested = self._alloc_requested(snap, rows, name, req, pod.request.other)
             scored = alloc > 0
             safe = np.where(scored, alloc, 1)
             if self.strategy == LEAST_ALLOCATED:

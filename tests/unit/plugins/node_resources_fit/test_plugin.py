@@ -168,6 +168,26 @@ def test_most_allocated_matches_kube() -> None:
     assert scores(fit_strategy("MostAllocated"), two_nodes(), p, "n1", "n2") == [62, 50]
 
 
+def test_other_resources_score_as_kube() -> None:
+    # calculateResourceAllocatableRequest: ephemeral-storage is scored whatever the pod asks;
+    # an extended resource or hugepages only when requested; one no node offers never.
+    snap = snapshot(
+        node("a", cpu=4000, other={"ephemeral-storage": 1000, "rdma/hca": 4}),
+        node("b", cpu=4000, other={"ephemeral-storage": 4000, "rdma/hca": 8}),
+    )
+    snap.apply(snap.row_of("a"), 0, 0, (), (), (), other=(("ephemeral-storage", 500),))
+    args = fit_strategy(
+        "MostAllocated", ("ephemeral-storage", 1), ("rdma/hca", 1), ("example.com/fpga", 1)
+    )
+    assert args.validate() == []
+    plain = pod(request=PodRequest(cpu_milli=1000))
+    # a: 500/1000 -> 50; b: 0/4000 -> 0 (rdma not asked for, fpga offered nowhere).
+    assert scores(args, snap, plain, "a", "b") == [50, 0]
+    rdma = pod(request=PodRequest(cpu_milli=1000, other=(("rdma/hca", 2),)))
+    # a: (50 + 2*100/4 = 50) / 2 = 50; b: (0 + 2*100/8 = 25) / 2 = 12.
+    assert scores(args, snap, rdma, "a", "b") == [50, 12]
+
+
 def test_existing_usage_counts() -> None:
     snap = two_nodes()
     snap.apply(snap.row_of("n2"), 3000, 0, (), (), ())
