@@ -19,6 +19,7 @@ import orjson
 from gpusched.core.cache.snapshot import Snapshot
 from gpusched.framework import Rows, Status
 from gpusched.framework.interfaces import UsedPorts
+from gpusched.framework.volumes import NO_VOLUMES, VolumePort
 from gpusched.kube.client import JSON, ApiError
 from gpusched.kube.lease import LeaderElector, micro_time
 from gpusched.kube.writer import ObjectRef
@@ -51,12 +52,14 @@ class FakeHandle:
     cluster: FakeCluster = field(default_factory=FakeCluster)
     t: float = 0.0
     ports: dict[str, UsedPorts] = field(default_factory=dict)
+    volumes: VolumePort = NO_VOLUMES
+    pods: dict[str, list[PodInfo]] = field(default_factory=dict)
 
     def now(self) -> float:
         return self.t
 
     def pods_on_node(self, node: str) -> Iterable[PodInfo]:
-        return ()
+        return self.pods.get(node, ())
 
     def job_rows(self, job_key: str) -> Rows:
         return np.empty(0, np.intp)

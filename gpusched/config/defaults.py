@@ -53,8 +53,18 @@ def _refs(*names: str) -> tuple[PluginRef, ...]:
 DEFAULT_PLUGINS: Mapping[Point, tuple[PluginRef, ...]] = {
     Point.PRE_ENQUEUE: _refs("SchedulingGates"),
     Point.QUEUE_SORT: _refs("PrioritySort"),
+    # The volume plugins (VolumeRestrictions, NodeVolumeLimits, VolumeBinding, VolumeZone)
+    # in kube-scheduler's order; each skips a pod without volumes at PreFilter.
     Point.PRE_FILTER: _refs(
-        "NodeResourcesFit", "NodeAffinity", "NodePorts", "DynamicResources", "GPUFit"
+        "NodeResourcesFit",
+        "NodeAffinity",
+        "NodePorts",
+        "VolumeRestrictions",
+        "NodeVolumeLimits",
+        "VolumeBinding",
+        "VolumeZone",
+        "DynamicResources",
+        "GPUFit",
     ),
     Point.FILTER: _refs(
         "NodeUnschedulable",
@@ -63,6 +73,10 @@ DEFAULT_PLUGINS: Mapping[Point, tuple[PluginRef, ...]] = {
         "TaintToleration",
         "NodeAffinity",
         "NodePorts",
+        "VolumeRestrictions",
+        "NodeVolumeLimits",
+        "VolumeBinding",
+        "VolumeZone",
         "GPUFit",
         "Thermal",
     ),
@@ -77,8 +91,9 @@ DEFAULT_PLUGINS: Mapping[Point, tuple[PluginRef, ...]] = {
         PluginRef("Thermal", 0.05),
         PluginRef("NetworkLocality", 0.25),
     ),
-    Point.RESERVE: _refs("GPUFit"),
-    Point.PRE_BIND: _refs("GPUFit"),
+    # VolumeBinding binds the pod's claims before the pod (kube-scheduler's order).
+    Point.RESERVE: _refs("VolumeBinding", "GPUFit"),
+    Point.PRE_BIND: _refs("VolumeBinding", "GPUFit"),
     Point.BIND: _refs("DefaultBinder"),
 }
 

@@ -22,6 +22,7 @@ from numpy.typing import NDArray
 from gpusched.framework.cycle_state import CycleState, StateKey
 from gpusched.framework.snapshot import NodeColumns
 from gpusched.framework.status import Status
+from gpusched.framework.volumes import VolumePort
 from gpusched.model.pod import PodInfo
 
 MAX_NODE_SCORE = 100.0
@@ -118,6 +119,11 @@ class Handle(Protocol):
     def used_host_ports(self) -> Mapping[str, UsedPorts]:
         """Host ports taken by pods (bound or assumed), only for nodes where any is: node
         name -> (protocol, port) -> host IP -> number of pods."""
+        ...
+
+    @property
+    def volumes(self) -> VolumePort:
+        """Claims, volumes, storage classes and CSINodes (framework/volumes.py)."""
         ...
 
 

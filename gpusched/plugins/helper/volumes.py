@@ -1,0 +1,153 @@
+"""What the volume plugins share: kube's not-found wording, a pod's claims looked up as
+kube-scheduler's VolumeBinding does, and k8s.io/component-helpers' FindMatchingVolume.
+
+The not-found messages are client-go listers' (apierrors.NewNotFound with the resource's
+group-qualified name), which kube-scheduler puts verbatim into FailedScheduling.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+
+from gpusched.model.pod import PodInfo
+from gpusched.model.volume import Claim, PersistentVolume, PodVolume
+
+
+def claim_not_found(name: str) -> str:
+    return f'persistentvolumeclaim "{name}" not found'
+
+
+def volume_not_found(name: str) -> str:
+    return f'persistentvolume "{name}" not found'
+
+
+def class_not_found(name: str) -> str:
+    return f'storageclass.storage.k8s.io "{name}" not found'
+
+
+def not_for_pod(claim: Claim, pod: PodInfo) -> str:
+    """ephemeral.VolumeIsForPod's error."""
+    return (
+        f"PVC {claim.namespace}/{claim.name} was not created for pod"
+        f" {pod.namespace}/{pod.name} (pod is not owner)"
+    )
+
+
+def ephemeral_for_pod(claim: Claim, pod: PodInfo) -> bool:
+    return claim.namespace == pod.namespace and claim.controller_uid == pod.uid
+
+
+ClaimLookup = Callable[[str, str], Claim | None]
+"""(namespace, name) -> the claim, None when there is none."""
+
+
+def pod_claims(
+    lookup: ClaimLookup, pod: PodInfo
+) -> tuple[list[tuple[PodVolume, Claim]], str | None]:
+    """The pod's claims in volume order, or the reason the pod cannot be scheduled (kube
+    VolumeBinding's podHasPVCs): a missing claim, a claim whose volume is lost, a claim being
+    deleted, or an ephemeral volume's claim that another pod owns."""
+    out: list[tuple[PodVolume, Claim]] = []
+    for vol in pod.volumes:
+        if vol.disk is not None:
+            continue
+        claim = lookup(pod.namespace, vol.claim)
+        if claim is None:
+            if vol.ephemeral:
+                # Normal right after the pod's creation: the controller has not made it yet.
+                return out, (
+                    "waiting for ephemeral volume controller to create the persistentvolumeclaim"
+                    f' "{vol.claim}"'
+                )
+            return out, claim_not_found(vol.claim)
+        if claim.phase == "Lost":
+            return out, (
+                f'persistentvolumeclaim "{claim.name}" bound to non-existent persistentvolume'
+                f' "{claim.volume_name}"'
+            )
+        if claim.deleting:
+            return out, f'persistentvolumeclaim "{claim.name}" is being deleted'
+        if vol.ephemeral and not ephemeral_for_pod(claim, pod):
+            return out, not_for_pod(claim, pod)
+        out.append((vol, claim))
+    return out, None
+
+
+# -- FindMatchingVolume -----------------------------------------------------------------
+
+
+def access_modes_fit(claim: Claim, pv: PersistentVolume) -> bool:
+    """CheckAccessModes: the volume offers every mode the claim asks for."""
+    return set(claim.access_modes) <= set(pv.access_modes)
+
+
+def static_fit(claim: Claim, pv: PersistentVolume) -> bool:
+    """Everything FindMatchingVolume checks about an unbound volume that does not depend on
+    the node: free, big enough, the same volume mode, not being deleted, Available, the
+    claim's selector, the same class, the access modes."""
+    return (
+        pv.claim_ref is None
+        and pv.capacity >= claim.request
+        and pv.volume_mode == claim.volume_mode
+        and not pv.deleting
+        and pv.phase == "Available"
+        and (claim.selector is None or claim.selector.matches(pv.labels))
+        and pv.storage_class == claim.storage_class
+        and access_modes_fit(claim, pv)
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Candidates:
+    """A claim's volumes, sorted once per attempt: a volume pre-bound to the claim (it wins
+    whatever its size, on a node it fits), else the statically fitting free volumes,
+    smallest first (ties by name, so the choice is deterministic)."""
+
+    claim: Claim
+    prebound: tuple[PersistentVolume, ...]
+    free: tuple[PersistentVolume, ...]
+
+
+def candidates(claim: Claim, pvs: Iterable[PersistentVolume]) -> Candidates:
+    prebound: list[PersistentVolume] = []
+    free: list[PersistentVolume] = []
+    for pv in pvs:
+        if pv.claim_ref is not None:
+            if (
+                pv.bound_to(claim)
+                and pv.capacity >= claim.request
+                and pv.volume_mode == claim.volume_mode
+                and not pv.deleting
+            ):
+                prebound.append(pv)
+            continue
+        if static_fit(claim, pv):
+            free.append(pv)
+    free.sort(key=lambda pv: (pv.capacity, pv.name))
+    return Candidates(claim, tuple(prebound), tuple(free))
+
+
+def find_matching_volume(
+    cands: Candidates, labels: Mapping[str, str], node: str, excluded: Iterable[str]
+) -> PersistentVolume | None:
+    """FindMatchingVolume on the scheduler path: the pre-bound volume if the node fits it
+    (else nothing), or the smallest free volume whose node affinity the node satisfies and
+    that no other claim of the pod took already."""
+    taken = set(excluded)
+    for pv in cands.prebound:
+        if pv.name not in taken:
+            return pv if pv.node_matches(labels, node) else None
+    for pv in cands.free:
+        if pv.name not in taken and pv.node_matches(labels, node):
+            return pv
+    return None
+
+
+def affinity_keys(pvs: Iterable[PersistentVolume]) -> set[str]:
+    """The node label keys the volumes' node affinity reads (to declare them watched)."""
+    keys: set[str] = set()
+    for pv in pvs:
+        for term in pv.node_affinity or ():
+            keys.update(r.key for r in term.labels)
+    return keys
