@@ -252,3 +252,45 @@ async def test_one_read_write_many_volume_shared_by_several_pods(
         bound = await until_bound(kube, namespace, names, 4)
         pool_nodes = {n["metadata"]["name"] for n in nodes}
         assert {p["spec"]["nodeName"] for p in bound.values()} <= pool_nodes
+
+
+async def test_a_generic_ephemeral_volume_gets_its_claim_from_the_controller_and_a_volume(
+    cluster: LocalCluster, kube: Kube, namespace: str
+) -> None:
+    pool = pool_name()
+    nodes = [pool_node(s, pool) for s in pool_specs(pool, 2, shapes=ONE_T4)]
+    names = [n["metadata"]["name"] for n in nodes]
+    cls = f"scratch-{pool}"
+    stream = io.StringIO()
+    pod = demo_pod("job", **placement(pool))
+    pod["spec"]["volumes"] = [
+        {
+            "name": "scratch",
+            "ephemeral": {
+                "volumeClaimTemplate": {
+                    "spec": {
+                        "accessModes": ["ReadWriteOnce"],
+                        "storageClassName": cls,
+                        "resources": {"requests": {"storage": "1Gi"}},
+                    }
+                }
+            },
+        }
+    ]
+    async with (
+        node_pool(kube, nodes),
+        storage(
+            kube,
+            [storage_class(cls, "kubernetes.io/no-provisioner", "WaitForFirstConsumer")],
+            [local_pv(f"{pool}-scratch", names[0], cls)],
+        ),
+        running_daemon(cluster.kubeconfig, stream),
+    ):
+        # The pod comes first; the ephemeral-volume controller then makes job-scratch, and
+        # that claim's arrival wakes the pod the first attempt turned away.
+        await create_pods(kube, namespace, [pod])
+        bound = await until_bound(kube, namespace, ["job"], 1)
+        assert bound["job"]["spec"]["nodeName"] == names[0]
+        pvc = await bound_claim(kube, namespace, "job-scratch")
+        assert pvc["spec"]["volumeName"] == f"{pool}-scratch"
+        assert pvc["metadata"]["ownerReferences"][0]["uid"] == bound["job"]["metadata"]["uid"]

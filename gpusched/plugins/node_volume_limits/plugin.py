@@ -21,13 +21,15 @@ import numpy as np
 
 from gpusched.framework.cycle_state import CycleState
 from gpusched.framework.interfaces import FilterResult, Handle, Mask, PreFilterResult
-from gpusched.framework.status import Code, Status
+from gpusched.framework.status import SUCCESS, Code, Status
 from gpusched.framework.volumes import VolumePort
 from gpusched.model.pod import PodInfo
 from gpusched.model.volume import Claim
 from gpusched.plugins.helper.volumes import claim_not_found, ephemeral_for_pod, not_for_pod
 
 NAME = "NodeVolumeLimits"
+# Returned for every pod without volumes (most pods): one object, not one per call.
+_SKIP = Status(Code.SKIP, (), NAME)
 REASON = "node(s) exceed max volume count"
 
 
@@ -41,9 +43,9 @@ class NodeVolumeLimits:
         self._prefix = secrets.token_hex(16)
 
     def pre_filter(self, state: CycleState, pod: PodInfo) -> tuple[PreFilterResult | None, Status]:
-        if any(v.disk is None for v in pod.volumes):
-            return None, Status()
-        return None, Status(Code.SKIP, (), NAME)
+        if pod.volumes and any(v.disk is None for v in pod.volumes):
+            return None, SUCCESS
+        return None, _SKIP
 
     def _driver_info(self, port: VolumePort, claim: Claim) -> tuple[str, str]:
         """getCSIDriverInfo: (driver, volume handle), ("", "") when not a CSI volume."""

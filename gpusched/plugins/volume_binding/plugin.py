@@ -35,7 +35,7 @@ from numpy.typing import NDArray
 
 from gpusched.framework.cycle_state import CycleState, StateKey
 from gpusched.framework.interfaces import FilterResult, Handle, Mask, PreFilterResult
-from gpusched.framework.status import Code, Status
+from gpusched.framework.status import SUCCESS, Code, Status
 from gpusched.model.pod import PodInfo
 from gpusched.model.volume import (
     ANN_BOUND_BY_CONTROLLER,
@@ -60,6 +60,8 @@ from gpusched.plugins.volume_binding.args import VolumeBindingArgs
 from gpusched.plugins.volume_binding.assume import AssumeCache
 
 NAME = "VolumeBinding"
+# Returned for every pod without volumes (most pods): one object, not one per call.
+_SKIP = Status(Code.SKIP, (), NAME)
 
 # kube's ConflictReasons, in the order FindPodVolumes appends them.
 REASON_NODE_CONFLICT = "node(s) had volume node affinity conflict"
@@ -119,8 +121,8 @@ class VolumeBinding:
     # -- PreFilter --------------------------------------------------------------------------
 
     def pre_filter(self, state: CycleState, pod: PodInfo) -> tuple[PreFilterResult | None, Status]:
-        if not any(v.disk is None for v in pod.volumes):
-            return None, Status(Code.SKIP, (), NAME)
+        if not pod.volumes or all(v.disk is not None for v in pod.volumes):
+            return None, _SKIP
         claims, why = pod_claims(self.cache.claim, pod)
         if why is not None:
             return None, Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, (why,), NAME)
@@ -251,7 +253,7 @@ class VolumeBinding:
     def reserve(self, state: CycleState, pod: PodInfo, node: str) -> Status:
         st = state.get(_STATE)
         if st is None:
-            return Status()
+            return SUCCESS
         found = st.by_row.get(self.handle.snapshot.row_of(node))
         if found is None:
             # Nothing to bind on that node (every claim bound): nothing to assume.
@@ -302,7 +304,7 @@ class VolumeBinding:
     async def pre_bind(self, state: CycleState, pod: PodInfo, node: str) -> Status:
         st = state.get(_STATE)
         if st is None or st.all_bound:
-            return Status()
+            return SUCCESS
         reserved = st.reserved
         if reserved is None:
             return Status(Code.ERROR, (f'no pod volumes found for node "{node}"',), NAME)

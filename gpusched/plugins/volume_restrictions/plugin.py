@@ -28,6 +28,8 @@ from gpusched.model.volume import READ_WRITE_ONCE_POD, Disk
 from gpusched.plugins.helper.volumes import claim_not_found
 
 NAME = "VolumeRestrictions"
+# Returned for every pod without volumes (most pods): one object, not one per call.
+_SKIP = Status(Code.SKIP, (), NAME)
 REASON_DISK_CONFLICT = "node(s) had no available disk"
 REASON_RWOP_CONFLICT = (
     "node has pod using PersistentVolumeClaim with the same name and ReadWriteOncePod access mode"
@@ -69,6 +71,8 @@ class VolumeRestrictions:
         self.handle = handle
 
     def pre_filter(self, state: CycleState, pod: PodInfo) -> tuple[PreFilterResult | None, Status]:
+        if not pod.volumes:
+            return None, _SKIP
         disks = tuple(v.disk for v in pod.volumes if v.disk is not None)
         rwop: set[str] = set()
         port = self.handle.volumes

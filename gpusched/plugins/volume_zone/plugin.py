@@ -26,6 +26,8 @@ from gpusched.model.pod import PodInfo
 from gpusched.plugins.helper.volumes import claim_not_found, class_not_found, volume_not_found
 
 NAME = "VolumeZone"
+# Returned for every pod without volumes (most pods): one object, not one per call.
+_SKIP = Status(Code.SKIP, (), NAME)
 REASON = "node(s) had no available volume zone"
 BETA_ZONE = "failure-domain.beta.kubernetes.io/zone"
 BETA_REGION = "failure-domain.beta.kubernetes.io/region"
@@ -75,6 +77,8 @@ class VolumeZone:
         self.handle = handle
 
     def pre_filter(self, state: CycleState, pod: PodInfo) -> tuple[PreFilterResult | None, Status]:
+        if not pod.volumes:
+            return None, _SKIP
         port = self.handle.volumes
         topologies: list[Topology] = []
         for vol in pod.volumes:
