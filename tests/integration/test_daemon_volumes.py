@@ -294,3 +294,34 @@ async def test_a_generic_ephemeral_volume_gets_its_claim_from_the_controller_and
         pvc = await bound_claim(kube, namespace, "job-scratch")
         assert pvc["spec"]["volumeName"] == f"{pool}-scratch"
         assert pvc["metadata"]["ownerReferences"][0]["uid"] == bound["job"]["metadata"]["uid"]
+
+
+async def test_two_pods_never_take_one_volume(
+    cluster: LocalCluster, kube: Kube, namespace: str
+) -> None:
+    pool = pool_name()
+    nodes = [pool_node(s, pool) for s in pool_specs(pool, 1, shapes=ONE_T4)]
+    cls = f"one-{pool}"
+    stream = io.StringIO()
+    async with (
+        node_pool(kube, nodes),
+        storage(
+            kube,
+            [storage_class(cls, "kubernetes.io/no-provisioner", "WaitForFirstConsumer")],
+            [local_pv(f"{pool}-only", nodes[0]["metadata"]["name"], cls)],
+        ),
+        running_daemon(cluster.kubeconfig, stream),
+    ):
+        for c in ("a", "b"):
+            await kube.post(claims_path(namespace), claim(c, cls))
+        pods = [with_claim(demo_pod(f"pod-{c}", **placement(pool)), c) for c in ("a", "b")]
+        await create_pods(kube, namespace, pods)
+        final = await wait_settled(kube, namespace, ["pod-a", "pod-b"])
+        winners = [n for n, p in final.items() if p["spec"].get("nodeName")]
+        assert len(winners) == 1
+        (loser,) = {"pod-a", "pod-b"} - set(winners)
+        events = await events_for(kube, namespace, loser, "FailedScheduling")
+        # The session's other nodes fail the pool's node selector first: only ours counts.
+        assert "1 node(s) didn't find available persistent volumes to bind" in events[0]["message"]
+        won = await bound_claim(kube, namespace, winners[0].removeprefix("pod-"))
+        assert won["spec"]["volumeName"] == f"{pool}-only"
