@@ -10,8 +10,15 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
+from gpusched.framework.snapshot import NodeColumns
 from gpusched.model.pod import PodInfo
-from gpusched.model.volume import Claim, PersistentVolume, PodVolume
+from gpusched.model.volume import (
+    OBJECT_NAME_FIELD,
+    Claim,
+    NodeSelectorTerm,
+    PersistentVolume,
+    PodVolume,
+)
 
 
 def claim_not_found(name: str) -> str:
@@ -151,3 +158,104 @@ def affinity_keys(pvs: Iterable[PersistentVolume]) -> set[str]:
         for term in pv.node_affinity or ():
             keys.update(r.key for r in term.labels)
     return keys
+
+
+# -- node affinity over many nodes at once ---------------------------------------------
+
+Row = int
+
+
+class NodeIndex:
+    """The candidate nodes of one attempt, indexed by label value on demand, so a volume's
+    node affinity finds its nodes without testing every node: a term with an `In` on a
+    label (kubernetes.io/hostname for a local volume) or on metadata.name is evaluated only
+    on the nodes that have one of those values. Terms without one are tested node by
+    node."""
+
+    def __init__(self, snap: NodeColumns, rows: Iterable[Row]) -> None:
+        self.snap = snap
+        self.rows = [int(r) for r in rows]
+        self._by_key: dict[str, dict[str, list[Row]]] = {}
+        self._names: dict[str, Row] | None = None
+
+    def _with_key(self, key: str) -> dict[str, list[Row]]:
+        got = self._by_key.get(key)
+        if got is None:
+            got = {}
+            for row in self.rows:
+                value = self.snap.node_at(row).labels.get(key)
+                if value is not None:
+                    got.setdefault(value, []).append(row)
+            self._by_key[key] = got
+        return got
+
+    def _seeds(self, term: NodeSelectorTerm) -> list[Row]:
+        """The fewest candidate nodes one `In` of the term allows (all when it has none)."""
+        best: list[Row] | None = None
+        for req in term.labels:
+            if req.op == "In":
+                by_value = self._with_key(req.key)
+                rows = [r for v in req.values for r in by_value.get(v, ())]
+                if best is None or len(rows) < len(best):
+                    best = rows
+        for req in term.fields:
+            if req.key == OBJECT_NAME_FIELD and req.op == "In":
+                if self._names is None:
+                    self._names = {self.snap.names[r]: r for r in self.rows}
+                names = self._names
+                rows = [names[v] for v in req.values if v in names]
+                if best is None or len(rows) < len(best):
+                    best = rows
+        return self.rows if best is None else best
+
+    def matching(self, pv: PersistentVolume) -> set[Row] | None:
+        """The candidate rows whose node the volume's node affinity admits; None: all."""
+        if pv.node_affinity is None:
+            return None
+        out: set[Row] = set()
+        for term in pv.node_affinity:
+            for row in self._seeds(term):
+                if row not in out:
+                    node = self.snap.node_at(row)
+                    if term.matches(node.labels, node.name):
+                        out.add(row)
+        return out
+
+
+@dataclass(slots=True)
+class ClaimNodes:
+    """A claim's free volumes laid out by node: `at_row[row]` the volumes only some nodes
+    may use that this node may (smallest first), `everywhere` those without node affinity
+    (smallest first). `first_fit` is find_matching_volume for one node in O(volumes there)."""
+
+    cands: Candidates
+    at_row: dict[Row, list[PersistentVolume]]
+    everywhere: list[PersistentVolume]
+
+    @classmethod
+    def build(cls, cands: Candidates, index: NodeIndex) -> ClaimNodes:
+        at_row: dict[Row, list[PersistentVolume]] = {}
+        everywhere: list[PersistentVolume] = []
+        for pv in cands.free:  # already smallest first
+            rows = index.matching(pv)
+            if rows is None:
+                everywhere.append(pv)
+                continue
+            for row in rows:
+                at_row.setdefault(row, []).append(pv)
+        return cls(cands, at_row, everywhere)
+
+    def first_fit(
+        self, row: Row, labels: Mapping[str, str], node: str, excluded: Iterable[str]
+    ) -> PersistentVolume | None:
+        taken = set(excluded)
+        for pv in self.cands.prebound:
+            if pv.name not in taken:
+                return pv if pv.node_matches(labels, node) else None
+        here = next((pv for pv in self.at_row.get(row, ()) if pv.name not in taken), None)
+        anywhere = next((pv for pv in self.everywhere if pv.name not in taken), None)
+        if here is None or anywhere is None:
+            return here if anywhere is None else anywhere
+        return (
+            here if (here.capacity, here.name) <= (anywhere.capacity, anywhere.name) else anywhere
+        )

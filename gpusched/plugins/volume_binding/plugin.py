@@ -49,6 +49,8 @@ from gpusched.model.volume import (
 )
 from gpusched.plugins.helper.volumes import (
     Candidates,
+    ClaimNodes,
+    NodeIndex,
     affinity_keys,
     candidates,
     claim_not_found,
@@ -86,6 +88,7 @@ class _Delayed:
 
     cands: Candidates
     storage_class: StorageClass | None
+    nodes: ClaimNodes | None = None  # the volumes by node, laid out at Filter
 
 
 @dataclass(slots=True)
@@ -182,9 +185,15 @@ class VolumeBinding:
         snap = self.handle.snapshot
         feasible = candidates_mask.copy()
         codes: NDArray[np.int8] = np.zeros(len(candidates_mask), np.int8)
-        for row in np.flatnonzero(candidates_mask):
+        rows = np.flatnonzero(candidates_mask)
+        # Volumes laid out by node once, so each node looks only at the volumes it may use
+        # (1,000 nodes with a local volume each: one pass, not 1,000 x 1,000 tests).
+        index = NodeIndex(snap, rows)
+        for d in st.delayed:
+            d.nodes = ClaimNodes.build(d.cands, index)
+        for row in rows:
             node = snap.node_at(int(row))
-            code, found = self.find_pod_volumes(st, node.labels, node.name)
+            code, found = self.find_pod_volumes(st, node.labels, node.name, int(row))
             if code != _PASS:
                 feasible[row] = False
                 codes[row] = code
@@ -193,7 +202,7 @@ class VolumeBinding:
         return FilterResult(feasible, REASONS, codes, unresolvable=True)
 
     def find_pod_volumes(
-        self, st: _State, node_labels: Mapping[str, str], node: str
+        self, st: _State, node_labels: Mapping[str, str], node: str, row: int
     ) -> tuple[int, PodVolumes | None]:
         """FindPodVolumes for one node: (_PASS, what to bind there) or (a REASONS index,
         None). A node failing for several reasons reports the first in kube's order."""
@@ -208,7 +217,7 @@ class VolumeBinding:
         bind_ok = True
         found = PodVolumes()
         if st.delayed:
-            bind_ok = self._find_unbound(st, node_labels, node, found)
+            bind_ok = self._find_unbound(st, node_labels, node, row, found)
         if node_conflict:
             return 0, None
         if not bind_ok:
@@ -218,7 +227,7 @@ class VolumeBinding:
         return _PASS, (found if found.static or found.dynamic else None)
 
     def _find_unbound(
-        self, st: _State, labels: Mapping[str, str], node: str, found: PodVolumes
+        self, st: _State, labels: Mapping[str, str], node: str, row: int, found: PodVolumes
     ) -> bool:
         to_provision: list[_Delayed] = []
         chosen: list[str] = []
@@ -229,7 +238,11 @@ class VolumeBinding:
                     return False  # provisioning already started for another node
                 to_provision.append(d)
                 continue
-            pv = find_matching_volume(d.cands, labels, node, chosen)
+            pv = (
+                d.nodes.first_fit(row, labels, node, chosen)
+                if d.nodes is not None
+                else find_matching_volume(d.cands, labels, node, chosen)
+            )
             if pv is None:
                 to_provision.append(d)
                 continue

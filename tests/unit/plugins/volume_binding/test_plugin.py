@@ -4,28 +4,41 @@ an in-memory storage port."""
 from __future__ import annotations
 
 import asyncio
+import random
 from dataclasses import replace
+from typing import Any
 
+import numpy as np
 import pytest
 
 from gpusched.framework import CycleState
 from gpusched.framework.status import Code, Status
 from gpusched.model.pod import PodInfo
-from gpusched.model.volume import ClaimRef, PodVolume, TopologyTerm
+from gpusched.model.volume import (
+    ClaimRef,
+    NodeSelectorTerm,
+    PodVolume,
+    Requirement,
+    TopologyTerm,
+)
+from gpusched.plugins.helper.volumes import find_matching_volume
 from gpusched.plugins.volume_binding import VolumeBinding
 from gpusched.plugins.volume_binding.args import VolumeBindingArgs
 from gpusched.plugins.volume_binding.plugin import (
+    _STATE,
     REASON_BIND_CONFLICT,
     REASON_NODE_CONFLICT,
     REASON_PV_NOT_EXIST,
     UNBOUND_IMMEDIATE,
 )
 from tests.builders import (
+    HOSTNAME,
     GiB,
     all_rows,
     bound_claim,
     claim,
     host,
+    node,
     passing,
     pod,
     pv,
@@ -332,3 +345,61 @@ def test_ephemeral_claim_name_is_pod_dash_volume() -> None:
         storage_class("dyn", "csi.example.com"),
     )
     assert plugin.pre_filter(CycleState(), p)[1].is_success()
+
+
+def _brute_force(st: Any, snap: Any, row: int) -> list[str] | None:
+    """findMatchingVolumes node by node with the reference FindMatchingVolume."""
+    node = snap.node_at(row)
+    chosen: list[str] = []
+    for d in st.delayed:
+        got = find_matching_volume(d.cands, node.labels, node.name, chosen)
+        if got is None:
+            return None
+        chosen.append(got.name)
+    return chosen
+
+
+@pytest.mark.parametrize("seed", range(25))
+def test_the_node_index_chooses_exactly_what_find_matching_volume_does(seed: int) -> None:
+    rng = random.Random(seed)
+    nodes = [f"n{i}" for i in range(12)]
+    zone = {n: rng.choice("abc") for n in nodes}
+    objs: list[object] = [storage_class()]
+    for i in range(rng.randint(0, 14)):
+        kind = rng.random()
+        if kind < 0.4:
+            term = (
+                NodeSelectorTerm(
+                    (Requirement(HOSTNAME, "In", frozenset(rng.sample(nodes, rng.randint(1, 3)))),)
+                ),
+            )
+        elif kind < 0.6:
+            term = (
+                NodeSelectorTerm((Requirement("zone", "In", frozenset(rng.sample("abc", 1))),)),
+            )
+        elif kind < 0.75:
+            term = (
+                NodeSelectorTerm((Requirement("zone", "NotIn", frozenset("a")),)),
+                NodeSelectorTerm(
+                    fields=(Requirement("metadata.name", "In", frozenset({rng.choice(nodes)})),)
+                ),
+            )
+        else:
+            term = None
+        objs.append(replace(pv(f"v{i:02d}", size=rng.choice((1, 2, 4)) * GiB), node_affinity=term))
+    claims = [claim(f"c{j}", size=rng.choice((1, 2, 3)) * GiB) for j in range(rng.randint(1, 3))]
+    vols = FakeVolumes()
+    vols.add(*claims, *objs)  # type: ignore[arg-type]
+    snap = snapshot(*(node(n, labels={HOSTNAME: n, "zone": zone[n]}) for n in nodes))
+    handle = FakeHandle(snap, volumes=vols)
+    plugin = VolumeBinding(None, handle)
+    p = pod("p", volumes=tuple(pvc_volume(c.name, f"v{j}") for j, c in enumerate(claims)))
+    state = CycleState()
+    assert plugin.pre_filter(state, p)[1].is_success()
+    res = plugin.filter(state, p, all_rows(snap))
+    st = state.read(_STATE)
+    for row in np.flatnonzero(all_rows(snap)):
+        want = _brute_force(st, snap, int(row))
+        assert bool(res.feasible[row]) is (want is not None), (seed, row)
+        if want:
+            assert [v.name for v, _ in st.by_row[int(row)].static] == want, (seed, row)
