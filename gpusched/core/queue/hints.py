@@ -12,6 +12,10 @@ costs an attempt each, on every node update.
 Only changes that can turn a rejection into a pass count: more allocatable, a card gained
 or healed, a taint removed, a node made schedulable. A plugin not in the table (out of
 tree, or new) is woken by any change, as is a pod whose rejection names no plugin.
+
+Storage events (a claim, volume, StorageClass or CSINode added or updated; the daemon
+watches them only when a profile has a volume plugin) wake only the pods a volume plugin
+rejected.
 """
 
 from __future__ import annotations

@@ -129,6 +129,12 @@ class VolumeBinding:
         claims, why = pod_claims(self.cache.claim, pod)
         if why is not None:
             return None, Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, (why,), NAME)
+        for _vol, claim in claims:
+            if claim.errors:
+                # The API server validates claims, so only a bypassed one gets here: say
+                # which field is wrong rather than match no volume without a word.
+                bad = f'persistentvolumeclaim "{claim.name}": {"; ".join(claim.errors)}'
+                return None, Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, (bad,), NAME)
         volumes = self.handle.volumes
         bound: list[tuple[Claim, PersistentVolume | None]] = []
         delayed: list[Claim] = []

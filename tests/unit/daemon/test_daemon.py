@@ -565,7 +565,8 @@ def test_the_watch_settings_reach_the_reflectors() -> None:
     registry = default_registry()
     config = dataclasses.replace(default_config(registry), watch=Watch(30, 45.0, 2.0, 8.0, 50.0))
     d = Daemon(None, config, registry, make_logger(io.StringIO()))  # type: ignore[arg-type]
-    for watch in (d.node_watch, d.pod_watch):
+    assert d.volumes is not None
+    for watch in (d.node_watch, d.pod_watch, *d.volumes.reflectors):
         assert (watch.watch_timeout, watch.read_timeout) == (30, 45.0)
         assert (watch.backoff.initial, watch.backoff.maximum) == (2.0, 8.0)
         assert watch.backoff.reset_after == 50.0

@@ -102,6 +102,19 @@ def test_pre_filter_rejects_unresolvable(objs: tuple[object, ...], message: str)
     assert st.reasons == (message,)
 
 
+def test_a_claim_with_a_malformed_field_says_which() -> None:
+    bad = claim(
+        "data", errors=("spec.selector.matchExpressions[0].operator: Unsupported value: 'Near'",)
+    )
+    plugin, _, _ = setup(bad, storage_class())
+    _, st = plugin.pre_filter(CycleState(), web("data"))
+    assert st.code is Code.UNSCHEDULABLE_AND_UNRESOLVABLE
+    assert st.reasons == (
+        'persistentvolumeclaim "data": spec.selector.matchExpressions[0].operator: Unsupported'
+        " value: 'Near'",
+    )
+
+
 def test_bound_claim_pins_the_pod_to_its_volumes_nodes() -> None:
     plugin, _, handle = setup(bound_claim("data", "pv1"), pv("pv1", nodes=("n2",), phase="Bound"))
     _, reasons, ok = run_filter(plugin, handle, web("data"))
