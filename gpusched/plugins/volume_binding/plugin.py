@@ -71,7 +71,6 @@ REASON_BIND_CONFLICT = "node(s) didn't find available persistent volumes to bind
 REASON_PV_NOT_EXIST = "node(s) unavailable due to one or more pvc(s) bound to non-existent pv(s)"
 REASONS = (REASON_NODE_CONFLICT, REASON_BIND_CONFLICT, REASON_PV_NOT_EXIST)
 UNBOUND_IMMEDIATE = "pod has unbound immediate PersistentVolumeClaims"
-_PASS = -1
 
 
 @dataclass(slots=True)
@@ -190,7 +189,9 @@ class VolumeBinding:
             return FilterResult(candidates_mask)
         snap = self.handle.snapshot
         feasible = candidates_mask.copy()
-        codes: NDArray[np.int8] = np.zeros(len(candidates_mask), np.int8)
+        # One row mask per reason: a node failing several ways counts under each, as
+        # kube-scheduler counts a Filter status with several reasons.
+        hits: NDArray[np.bool_] = np.zeros((len(REASONS), len(candidates_mask)), np.bool_)
         rows = np.flatnonzero(candidates_mask)
         # Volumes laid out by node once, so each node looks only at the volumes it may use
         # (1,000 nodes with a local volume each: one pass, not 1,000 x 1,000 tests).
@@ -199,19 +200,19 @@ class VolumeBinding:
             d.nodes = ClaimNodes.build(d.cands, index)
         for row in rows:
             node = snap.node_at(int(row))
-            code, found = self.find_pod_volumes(st, node.labels, node.name, int(row))
-            if code != _PASS:
+            failed, found = self.find_pod_volumes(st, node.labels, node.name, int(row))
+            if failed:
                 feasible[row] = False
-                codes[row] = code
+                hits[failed, row] = True
             elif found is not None:
                 st.by_row[int(row)] = found
-        return FilterResult(feasible, REASONS, codes, unresolvable=True)
+        return FilterResult(feasible, REASONS, unresolvable=True, hits=hits)
 
     def find_pod_volumes(
         self, st: _State, node_labels: Mapping[str, str], node: str, row: int
-    ) -> tuple[int, PodVolumes | None]:
-        """FindPodVolumes for one node: (_PASS, what to bind there) or (a REASONS index,
-        None). A node failing for several reasons reports the first in kube's order."""
+    ) -> tuple[list[int], PodVolumes | None]:
+        """FindPodVolumes for one node: ([], what to bind there), or the indexes into
+        REASONS of every reason the node fails (in kube's order) and None."""
         node_conflict = pv_missing = False
         for _claim, pv in st.bound:
             if pv is None:
@@ -224,13 +225,10 @@ class VolumeBinding:
         found = PodVolumes()
         if st.delayed:
             bind_ok = self._find_unbound(st, node_labels, node, row, found)
-        if node_conflict:
-            return 0, None
-        if not bind_ok:
-            return 1, None
-        if pv_missing:
-            return 2, None
-        return _PASS, (found if found.static or found.dynamic else None)
+        failed = [i for i, bad in enumerate((node_conflict, not bind_ok, pv_missing)) if bad]
+        if failed:
+            return failed, None
+        return [], (found if found.static or found.dynamic else None)
 
     def _find_unbound(
         self, st: _State, labels: Mapping[str, str], node: str, row: int, found: PodVolumes

@@ -201,7 +201,7 @@ def test_no_provisioner_and_no_volume_is_a_bind_conflict_everywhere() -> None:
     assert ok == [] and set(reasons.values()) == {REASON_BIND_CONFLICT}
 
 
-def test_node_conflict_is_reported_before_bind_conflict() -> None:
+def test_a_node_failing_several_ways_counts_under_each_reason() -> None:
     plugin, _, handle = setup(
         bound_claim("b", "pv-b"),
         pv("pv-b", nodes=("n1",), phase="Bound"),
@@ -214,7 +214,7 @@ def test_node_conflict_is_reported_before_bind_conflict() -> None:
     assert reasons == {
         "n1": REASON_BIND_CONFLICT,
         "n2": REASON_NODE_CONFLICT,
-        "n3": REASON_NODE_CONFLICT,
+        "n3": f"{REASON_NODE_CONFLICT}, {REASON_BIND_CONFLICT}",
     }
 
 
