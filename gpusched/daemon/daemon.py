@@ -52,6 +52,7 @@ from gpusched.kube.lease import KubeLeases, LeaderElector, default_identity
 from gpusched.kube.ops import pod_path
 from gpusched.kube.watch import Backoff, EventType, Reflector
 from gpusched.kube.writer import ClusterWriter, ObjectRef
+from gpusched.model.namespace import NamespaceInfo, namespace_from_k8s
 from gpusched.model.node import NodeModel, TopologyKeys, node_from_k8s
 from gpusched.model.pod import PodInfo, pod_from_k8s
 from gpusched.observability.metrics import Metrics
@@ -139,9 +140,20 @@ class Daemon:
             read_timeout=config.watch.read_timeout_seconds,
             backoff=_backoff(config.watch),
         )
+        # Namespace labels, for pod (anti-)affinity terms' namespaceSelector.
+        self.namespace_watch: Reflector[NamespaceInfo] = Reflector(
+            kube,
+            "/api/v1/namespaces",
+            namespace_from_k8s,
+            self._on_namespace,
+            name="namespaces",
+            watch_timeout=config.watch.timeout_seconds,
+            read_timeout=config.watch.read_timeout_seconds,
+            backoff=_backoff(config.watch),
+        )
         # /healthz: the watches progress and the loop is not wedged (daemon/liveness.py).
         self.liveness = Liveness(
-            [self.node_watch, self.pod_watch],
+            [self.node_watch, self.pod_watch, self.namespace_watch],
             lambda: len(self.queue.active),
             watch_stall=config.liveness.watch_stall_seconds,
             loop_stall=config.liveness.loop_stall_seconds,
@@ -228,6 +240,7 @@ class Daemon:
         background = [
             asyncio.create_task(self.node_watch.run(), name="watch nodes"),
             asyncio.create_task(self.pod_watch.run(), name="watch pods"),
+            asyncio.create_task(self.namespace_watch.run(), name="watch namespaces"),
         ]
         loop_task: asyncio.Task[None] | None = None
         elector_task: asyncio.Task[None] | None = None
@@ -235,7 +248,11 @@ class Daemon:
             # Nodes first, so the pods of the first list find their rows; both before the
             # first attempt, so a restarted scheduler sees every card in use before it
             # hands one out (kube-scheduler's WaitForCacheSync).
-            synced = asyncio.gather(self.node_watch.synced.wait(), self.pod_watch.synced.wait())
+            synced = asyncio.gather(
+                self.node_watch.synced.wait(),
+                self.pod_watch.synced.wait(),
+                self.namespace_watch.synced.wait(),
+            )
             stop = asyncio.ensure_future(self._stop.wait())
             waiters: set[asyncio.Future[Any]] = {synced, stop}
             await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
@@ -484,6 +501,13 @@ class Daemon:
             self.writer.pod_condition(pod, SCHEDULING_GATED, SCHEDULING_GATED_MESSAGE),
             f"report {pod.key}",
         )
+
+    def _on_namespace(self, kind: EventType, ns: NamespaceInfo) -> None:
+        self.metrics.watch_events.labels("namespaces").inc()
+        if kind is EventType.DELETED:
+            self.cache.remove_namespace(ns.name)
+        else:
+            self.cache.set_namespace(ns.name, ns.labels)
 
     def _on_pod(self, kind: EventType, pod: PodInfo) -> None:
         self.metrics.watch_events.labels("pods").inc()

@@ -27,7 +27,8 @@ class ClusterEvent(enum.Enum):
     NODE_UPDATE = "NodeUpdate"
     NODE_DELETE = "NodeDelete"
     ASSIGNED_POD_DELETE = "AssignedPodDelete"  # capacity freed
-    ASSIGNED_POD_ADD = "AssignedPodAdd"  # gangs and affinity may care
+    ASSIGNED_POD_ADD = "AssignedPodAdd"  # a pod bound (seen bound for the first time)
+    ASSIGNED_POD_UPDATE = "AssignedPodUpdate"  # a bound pod's labels changed
     POD_GROUP_CHANGE = "PodGroupChange"
     FLUSH = "UnschedulableTimeout"
 
@@ -58,7 +59,15 @@ PLUGIN_NODE_CHANGES: dict[str, NodeChange] = {
     "NodePorts": NodeChange.NONE,
     # The temperature is not node data (telemetry); more cards lower a pod's share of them.
     "Thermal": NodeChange.CARDS,
+    # Topology keys are watched label keys: a node gaining or changing one may put it in
+    # a domain that holds (or no longer holds) the pods a term selects.
+    "InterPodAffinity": NodeChange.LABELS,
 }
+
+# Filters that count other pods by their labels: a pod bound, or a bound pod's labels
+# changing, may satisfy them (kube-scheduler's Pod/Add and Pod/UpdatePodLabel events for
+# InterPodAffinity). Every other in-tree filter ignores those events.
+POD_LABEL_PLUGINS = frozenset({"InterPodAffinity"})
 
 
 # Rejections only the pod itself could lift (a malformed pod; DRA claims, which are
@@ -72,10 +81,14 @@ NODE_ONLY = frozenset(
 POD_EVENTS = frozenset(
     {
         ClusterEvent.ASSIGNED_POD_ADD,
+        ClusterEvent.ASSIGNED_POD_UPDATE,
         ClusterEvent.ASSIGNED_POD_DELETE,
         ClusterEvent.POD_GROUP_CHANGE,
     }
 )
+# The in-tree filters the tables above describe; a plugin outside them (out of tree, or
+# new) is woken by every event.
+KNOWN = frozenset(PLUGIN_NODE_CHANGES) | POD_ONLY | NODE_ONLY | POD_LABEL_PLUGINS
 
 
 def node_update_may_help(rejected_by: frozenset[str], change: NodeChange) -> bool:
@@ -102,6 +115,10 @@ def may_help(
     if event in POD_EVENTS and rejected_by and rejected_by <= NODE_ONLY:
         # Another pod coming or going changes no node's labels, taints or cordon.
         return False
+    if event in (ClusterEvent.ASSIGNED_POD_ADD, ClusterEvent.ASSIGNED_POD_UPDATE):
+        # More pods, or relabelled ones, free nothing: only filters that count pods by
+        # label may change their mind.
+        return not rejected_by or any(p in POD_LABEL_PLUGINS or p not in KNOWN for p in rejected_by)
     # Fewer nodes never make a pod fit.
     return event is not ClusterEvent.NODE_DELETE
 
