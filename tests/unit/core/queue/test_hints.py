@@ -74,3 +74,19 @@ def test_other_allocatable_grows_or_shrinks() -> None:
     assert node_change(two, more, labels_changed=False) == NodeChange.ALLOCATABLE
     assert node_change(two, less, labels_changed=False) == NodeChange.NONE
     assert node_change(two, two, labels_changed=False) == NodeChange.NONE
+
+
+def test_inter_pod_affinity_rejections_wake_on_bound_pods_and_node_labels() -> None:
+    ipa = frozenset({"InterPodAffinity"})
+    assert may_help(ipa, ClusterEvent.ASSIGNED_POD_ADD)  # a pod its affinity selects
+    assert may_help(ipa, ClusterEvent.ASSIGNED_POD_UPDATE)  # relabelled into a term
+    assert may_help(ipa, ClusterEvent.ASSIGNED_POD_DELETE)  # an anti-affinity match gone
+    assert may_help(ipa, ClusterEvent.NODE_ADD)
+    assert may_help(ipa, ClusterEvent.NODE_UPDATE, NodeChange.LABELS)  # a topology key
+    assert not may_help(ipa, ClusterEvent.NODE_UPDATE, NodeChange.ALLOCATABLE | NodeChange.TAINTS)
+    # Filters that do not count pods by label ignore pods being bound or relabelled.
+    fit = frozenset({"NodeResourcesFit", "GPUFit"})
+    assert not may_help(fit, ClusterEvent.ASSIGNED_POD_ADD)
+    assert not may_help(fit, ClusterEvent.ASSIGNED_POD_UPDATE)
+    assert may_help(fit | ipa, ClusterEvent.ASSIGNED_POD_ADD)
+    assert may_help(frozenset({"OutOfTree"}), ClusterEvent.ASSIGNED_POD_ADD)
