@@ -302,11 +302,16 @@ class ClusterCache:
             self._labels = _LabelIndex()
             for entry in self.pods.values():
                 self._labels.add(entry.pod, 1)
+        pods, matches = self.pods, matcher.matches
+        hits: list[int] = []
         for uid in self._labels.candidates(matcher):
-            entry = self.pods[uid]
-            row = rows.get(entry.node, -1)
-            if row >= 0 and matcher.matches(entry.pod):
-                out[row] += 1
+            entry = pods[uid]
+            if matches(entry.pod):
+                row = rows.get(entry.node, -1)
+                if row >= 0:
+                    hits.append(row)
+        if hits:
+            np.add.at(out, hits, 1)
         return out
 
     def pods_with_affinity(self, *, required_anti_only: bool = False) -> list[tuple[PodInfo, int]]:

@@ -92,7 +92,12 @@ class LabelSelector:
         reqs = self.requirements
         if reqs is None:
             return False
-        return all(r.matches(labels) for r in reqs)
+        # A loop, not all(genexpr), which costs a generator per call: this runs once per
+        # candidate pod when the cache counts matches.
+        for r in reqs:  # noqa: SIM110
+            if not r.matches(labels):
+                return False
+        return True
 
     @property
     def everything(self) -> bool:

@@ -51,7 +51,7 @@ from gpusched.framework.interfaces import (
     Rows,
     Scores,
 )
-from gpusched.framework.status import SUCCESS, Code, Status, skip
+from gpusched.framework.status import SUCCESS, Code, Status
 from gpusched.kernels import (
     domain_counts_nb,
     domain_counts_np,
@@ -78,11 +78,20 @@ REASON_EXISTING_ANTI_AFFINITY = "node(s) didn't satisfy existing pods anti-affin
 REASONS = (REASON_AFFINITY, REASON_ANTI_AFFINITY, REASON_EXISTING_ANTI_AFFINITY)
 
 _CACHE_LIMIT = 4096  # compiled term sets kept; replicas of a workload share one
+_EXISTING_LIMIT = 65536  # existing pods whose terms are remembered by uid
 
 domain_counts = pick(domain_counts_nb, domain_counts_np)
 domain_gather = pick(domain_gather_nb, domain_gather_np)
 
 I64 = NDArray[np.int64]
+
+
+def _add_rows(table: dict[str, I64], key: str, rows: Rows, weight: int, n: int) -> None:
+    """Add `weight` at each of `rows` (repeats add up) to the per-row column of `key`."""
+    col = table.get(key)
+    if col is None:
+        col = table[key] = np.zeros(n, np.int64)
+    np.add.at(col, rows, weight)
 
 
 class _AllOf:
@@ -116,6 +125,9 @@ class _FilterState:
     unresolvable: Mask  # rows failing the affinity check
 
 
+# Built once: a frozen Status costs microseconds to make, and most pods skip both points.
+_SKIP = Status(Code.SKIP, (), "InterPodAffinity")
+
 _FILTER: StateKey[_FilterState] = StateKey("InterPodAffinity/filter")
 _SCORE: StateKey[I64] = StateKey("InterPodAffinity/score")
 
@@ -133,6 +145,9 @@ class InterPodAffinity:
         self.handle = handle
         self._domains = TopologyDomains()
         self._terms_cache: dict[Any, PodTerms] = {}
+        # Existing pods' terms by uid, with the PodInfo they were read from: a cycle reads
+        # every pod with terms, and a pod's version changes only when the watch says so.
+        self._existing: dict[str, tuple[PodInfo, PodTerms]] = {}
 
     # -- shared ----------------------------------------------------------------------------
 
@@ -153,6 +168,33 @@ class InterPodAffinity:
                 self._terms_cache.clear()
             self._terms_cache[sig] = got
         return got
+
+    def existing_terms(self, pod: PodInfo) -> PodTerms:
+        """`terms`, remembered per uid and PodInfo version: pods in the cache, and the
+        incoming pod across its PreFilter and PreScore."""
+        got = self._existing.get(pod.uid)
+        if got is not None and got[0] is pod:
+            return got[1]
+        terms = self.terms(pod)
+        if len(self._existing) >= _EXISTING_LIMIT:
+            # Deleted pods' entries are never removed one by one: start afresh.
+            self._existing.clear()
+        self._existing[pod.uid] = (pod, terms)
+        return terms
+
+    def _groups(self, pods: Sequence[tuple[PodInfo, int]]) -> list[tuple[PodTerms, Rows]]:
+        """The pods with terms, grouped by their compiled terms (replicas share one), with
+        the rows holding each group's pods (a row once per pod): a group's terms are
+        checked against the incoming pod once, not once per replica."""
+        groups: dict[int, tuple[PodTerms, list[int]]] = {}
+        for other, row in pods:
+            terms = self.existing_terms(other)
+            got = groups.get(id(terms))
+            if got is None:
+                groups[id(terms)] = (terms, [row])
+            else:
+                got[1].append(row)
+        return [(t, np.array(rows, np.intp)) for t, rows in groups.values()]
 
     def _rows_by_domain(self, keys: Sequence[str]) -> dict[str, tuple[NDArray[np.int32], int]]:
         """Each key's domain id per row and domain count. Every key is declared watched
@@ -181,7 +223,7 @@ class InterPodAffinity:
     # -- PreFilter / Filter ----------------------------------------------------------------
 
     def pre_filter(self, state: CycleState, pod: PodInfo) -> tuple[PreFilterResult | None, Status]:
-        terms = self.terms(pod)
+        terms = self.existing_terms(pod)
         if terms.errors:
             # The API server refuses such pods; this one bypassed validation. Upstream:
             # "parsing pod: ...", UnschedulableAndUnresolvable.
@@ -189,30 +231,33 @@ class InterPodAffinity:
             return None, Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, (message,), self.name)
         computed = self._filter_state(pod, terms)
         if computed is None:
-            return None, skip(self.name)
+            return None, _SKIP
         state.write(_FILTER, computed)
         return None, SUCCESS
 
     def _filter_state(self, pod: PodInfo, terms: PodTerms) -> _FilterState | None:
         handle = self.handle
+        existing = handle.pods_with_affinity(required_anti_only=True)
+        if not existing and not terms.required_affinity and not terms.required_anti:
+            return None  # the common case, first: nothing to enforce
         namespaces = handle.namespace_labels()
         own_ns = namespaces.get(pod.namespace, {})
-        # Existing pods' required anti-affinity terms the incoming pod matches: (key, row).
-        hits: list[tuple[str, int]] = []
-        for other, row in handle.pods_with_affinity(required_anti_only=True):
-            for t in self.terms(other).required_anti:
+        n = len(handle.snapshot.node_valid)
+        # Existing pods' required anti-affinity terms the incoming pod matches: per key,
+        # how many such pods each row holds.
+        hits: dict[str, I64] = {}
+        for other, rows in self._groups(existing):
+            for t in other.required_anti:
                 if t.matches(pod, own_ns):
-                    hits.append((t.topology_key, row))
+                    _add_rows(hits, t.topology_key, rows, 1, n)
         if not hits and not terms.required_affinity and not terms.required_anti:
             return None
         keys = list(
             dict.fromkeys(
-                [k for k, _ in hits]
-                + [t.topology_key for t in terms.required_affinity + terms.required_anti]
+                [*hits, *(t.topology_key for t in terms.required_affinity + terms.required_anti)]
             )
         )
         domains = self._rows_by_domain(keys)
-        n = len(handle.snapshot.node_valid)
         blocked = np.zeros(n, np.bool_)
         codes = np.zeros(n, np.int8)
         unresolvable = np.zeros(n, np.bool_)
@@ -222,20 +267,16 @@ class InterPodAffinity:
         if terms.required_anti:
             hit = np.zeros(n, np.bool_)
             for t in terms.required_anti:
-                rows, n_dom = domains[t.topology_key]
+                dom, n_dom = domains[t.topology_key]
                 counts = self._count(t.resolved(namespaces))
-                hit |= self._per_row(rows, self._domain_totals(rows, n_dom, counts)) > 0
+                hit |= self._per_row(dom, self._domain_totals(dom, n_dom, counts)) > 0
             codes[hit & ~blocked] = 1
             blocked |= hit
         if hits:
-            per_key = {k: np.zeros(domains[k][1], np.int64) for k, _ in hits}
-            for key, row in hits:
-                d = domains[key][0][row]
-                if d >= 0:
-                    per_key[key][d] += 1
             got = np.zeros(n, np.int64)
-            for key, per_domain in per_key.items():
-                domain_gather(domains[key][0], per_domain, got)
+            for key, per_row in hits.items():
+                dom, n_dom = domains[key]
+                domain_gather(dom, self._domain_totals(dom, n_dom, per_row), got)
             hit = got > 0
             codes[hit & ~blocked] = 2
             blocked |= hit
@@ -255,11 +296,11 @@ class InterPodAffinity:
         pods_exist = np.ones(n, np.bool_)
         any_match = False
         for t in required:
-            rows, n_dom = domains[t.topology_key]
-            per_domain = self._domain_totals(rows, n_dom, counts)
+            dom, n_dom = domains[t.topology_key]
+            per_domain = self._domain_totals(dom, n_dom, counts)
             any_match = any_match or bool(per_domain.any())
-            missing_key |= rows < 0
-            pods_exist &= self._per_row(rows, per_domain) > 0
+            missing_key |= dom < 0
+            pods_exist &= self._per_row(dom, per_domain) > 0
         if not any_match and all(s.matches(pod) for s in resolved):
             # The first pod of a group with affinity to itself: no pod anywhere matches
             # the terms, the pod matches them, so any node with every key will do.
@@ -286,74 +327,68 @@ class InterPodAffinity:
 
     def pre_score(self, state: CycleState, pod: PodInfo, rows: Rows) -> Status:
         if len(rows) == 0:
-            return skip(self.name)
-        terms = self.terms(pod)
+            return _SKIP
+        terms = self.existing_terms(pod)
         if terms.errors:
             message = "parsing pod: " + "; ".join(terms.errors)
             return Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, (message,), self.name)
         has_preferred = bool(terms.preferred_affinity or terms.preferred_anti)
         if self.args.ignore_preferred_terms_of_existing_pods and not has_preferred:
-            return skip(self.name)
+            return _SKIP
         scores = self._scores(pod, terms)
         if scores is None:
-            return skip(self.name)
+            return _SKIP
         state.write(_SCORE, scores)
         return SUCCESS
 
     def _scores(self, pod: PodInfo, terms: PodTerms) -> I64 | None:
         handle = self.handle
+        existing = handle.pods_with_affinity()
+        if not existing and not terms.preferred_affinity and not terms.preferred_anti:
+            return None  # the common case, first: nothing scores
         namespaces = handle.namespace_labels()
         own_ns = namespaces.get(pod.namespace, {})
         hard = self.args.hard_pod_affinity_weight
-        # Existing pods' terms the incoming pod matches: (key, row of that pod, weight).
-        hits: list[tuple[str, int, int]] = []
-        for other, row in handle.pods_with_affinity():
-            ot = self.terms(other)
-            if ot.empty:
-                continue
+        n = len(handle.snapshot.node_valid)
+        # Existing pods' terms the incoming pod matches: per key, the summed weight of the
+        # matching terms of the pods on each row (a term entry even when the sum is 0).
+        hits: dict[str, I64] = {}
+        for ot, rows in self._groups(existing):
             if hard > 0:
-                hits.extend(
-                    (t.topology_key, row, hard)
-                    for t in ot.required_affinity
-                    if t.matches(pod, own_ns)
-                )
-            hits.extend(
-                (w.term.topology_key, row, w.weight)
-                for w in ot.preferred_affinity
-                if w.term.matches(pod, own_ns)
-            )
-            hits.extend(
-                (w.term.topology_key, row, -w.weight)
-                for w in ot.preferred_anti
-                if w.term.matches(pod, own_ns)
-            )
+                for t in ot.required_affinity:
+                    if t.matches(pod, own_ns):
+                        _add_rows(hits, t.topology_key, rows, hard, n)
+            for w in ot.preferred_affinity:
+                if w.term.matches(pod, own_ns):
+                    _add_rows(hits, w.term.topology_key, rows, w.weight, n)
+            for w in ot.preferred_anti:
+                if w.term.matches(pod, own_ns):
+                    _add_rows(hits, w.term.topology_key, rows, -w.weight, n)
         own = [(w.term, w.weight) for w in terms.preferred_affinity] + [
             (w.term, -w.weight) for w in terms.preferred_anti
         ]
         if not hits and not own:
             return None
-        keys = list(dict.fromkeys([k for k, _, _ in hits] + [t.topology_key for t, _ in own]))
-        domains = self._rows_by_domain(keys)
-        per_key = {k: np.zeros(n_dom, np.int64) for k, (_, n_dom) in domains.items()}
-        # Whether any (key, value) pair got an entry: upstream skips an empty score map.
-        touched = False
         for term, weight in own:
-            rows, n_dom = domains[term.topology_key]
-            per_domain = self._domain_totals(rows, n_dom, self._count(term.resolved(namespaces)))
+            # The incoming pod's preferred terms: the pods each selects, per row, weighted.
+            counts = self._count(term.resolved(namespaces))
+            got = hits.get(term.topology_key)
+            if got is None:
+                hits[term.topology_key] = weight * counts
+            else:
+                got += weight * counts
+        domains = self._rows_by_domain(list(hits))
+        out = np.zeros(n, np.int64)
+        # Upstream skips when no (key, value) pair got a score entry; a pair whose entries
+        # cancel out scores 0 for every node either way.
+        touched = False
+        for key, per_row in hits.items():
+            dom, n_dom = domains[key]
+            per_domain = self._domain_totals(dom, n_dom, per_row)
             if per_domain.any():
                 touched = True
-                per_key[term.topology_key] += weight * per_domain
-        for key, row, weight in hits:
-            d = domains[key][0][row]
-            if d >= 0:
-                touched = True
-                per_key[key][d] += weight
-        if not touched:
-            return None
-        out = np.zeros(len(handle.snapshot.node_valid), np.int64)
-        for key, per_domain in per_key.items():
-            domain_gather(domains[key][0], per_domain, out)
-        return out
+                domain_gather(dom, per_domain, out)
+        return out if touched else None
 
     def score(self, state: CycleState, pod: PodInfo, rows: Rows) -> Scores:
         got = state.get(_SCORE)

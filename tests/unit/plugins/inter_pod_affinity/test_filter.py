@@ -394,9 +394,7 @@ def test_nil_label_selector_matches_nothing() -> None:
 def test_malformed_terms_are_unresolvable_with_the_field_named() -> None:
     c = Cluster([lnode("a")])
     bad = affinity(anti=[term(sel(expr("app", "Like", "x")), HOST), {"labelSelector": {}}])
-    _, st = c.plugin.pre_filter(
-        __import__("gpusched.framework", fromlist=["CycleState"]).CycleState(), apod("in", {}, bad)
-    )
+    _, st = c.plugin.pre_filter(CycleState(), apod("in", {}, bad))
     assert st.code is Code.UNSCHEDULABLE_AND_UNRESOLVABLE
     text = st.message()
     assert text.startswith("parsing pod: ")
