@@ -86,9 +86,6 @@ POD_EVENTS = frozenset(
         ClusterEvent.POD_GROUP_CHANGE,
     }
 )
-# The in-tree filters the tables above describe; a plugin outside them (out of tree, or
-# new) is woken by every event.
-KNOWN = frozenset(PLUGIN_NODE_CHANGES) | POD_ONLY | NODE_ONLY | POD_LABEL_PLUGINS
 
 
 def node_update_may_help(rejected_by: frozenset[str], change: NodeChange) -> bool:
@@ -117,8 +114,9 @@ def may_help(
         return False
     if event in (ClusterEvent.ASSIGNED_POD_ADD, ClusterEvent.ASSIGNED_POD_UPDATE):
         # More pods, or relabelled ones, free nothing: only filters that count pods by
-        # label may change their mind.
-        return not rejected_by or any(p in POD_LABEL_PLUGINS or p not in KNOWN for p in rejected_by)
+        # label may change their mind. Every bind emits these, so a backlog rejected for
+        # capacity (or for no named reason) is not retried on every bind.
+        return bool(rejected_by & POD_LABEL_PLUGINS)
     # Fewer nodes never make a pod fit.
     return event is not ClusterEvent.NODE_DELETE
 

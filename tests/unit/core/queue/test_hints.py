@@ -89,4 +89,4 @@ def test_inter_pod_affinity_rejections_wake_on_bound_pods_and_node_labels() -> N
     assert not may_help(fit, ClusterEvent.ASSIGNED_POD_ADD)
     assert not may_help(fit, ClusterEvent.ASSIGNED_POD_UPDATE)
     assert may_help(fit | ipa, ClusterEvent.ASSIGNED_POD_ADD)
-    assert may_help(frozenset({"OutOfTree"}), ClusterEvent.ASSIGNED_POD_ADD)
+    assert not may_help(frozenset(), ClusterEvent.ASSIGNED_POD_ADD)
