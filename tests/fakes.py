@@ -9,17 +9,18 @@ import asyncio
 import copy
 import dataclasses
 import io
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import numpy as np
 import orjson
+from numpy.typing import NDArray
 
 from gpusched.core.cache.snapshot import Snapshot
 from gpusched.framework import Rows, Status
-from gpusched.framework.interfaces import UsedPorts
+from gpusched.framework.interfaces import PodMatcher, UsedPorts
 from gpusched.framework.status import Code
 from gpusched.framework.volumes import NO_VOLUMES, VolumePort
 from gpusched.kube.client import JSON, ApiError
@@ -66,6 +67,17 @@ class FakeHandle:
 
     def job_rows(self, job_key: str) -> Rows:
         return np.empty(0, np.intp)
+
+    def count_matching_pods(self, matcher: PodMatcher) -> NDArray[np.int64]:
+        return np.zeros(len(self.snapshot.node_valid), np.int64)
+
+    def pods_with_affinity(
+        self, *, required_anti_only: bool = False
+    ) -> Sequence[tuple[PodInfo, int]]:
+        return ()
+
+    def namespace_labels(self) -> Mapping[str, Mapping[str, str]]:
+        return {}
 
     def used_host_ports(self) -> Mapping[str, UsedPorts]:
         return self.ports

@@ -48,13 +48,14 @@ def _refs(*names: str) -> tuple[PluginRef, ...]:
 
 # The `ai-scheduler` profile. Score weights are the seed article's alpha, beta, gamma:
 # fragmentation first, thermal headroom next, network locality last.
-# SchedulingGates, NodeName and NodePorts as in kube-scheduler's default profile;
-# DynamicResources refuses pods with DRA claims until gpusched allocates them.
+# SchedulingGates, NodeName, NodePorts and InterPodAffinity as in kube-scheduler's default
+# profile; DynamicResources refuses pods with DRA claims until gpusched allocates them.
 DEFAULT_PLUGINS: Mapping[Point, tuple[PluginRef, ...]] = {
     Point.PRE_ENQUEUE: _refs("SchedulingGates"),
     Point.QUEUE_SORT: _refs("PrioritySort"),
     # The volume plugins (VolumeRestrictions, NodeVolumeLimits, VolumeBinding, VolumeZone)
-    # in kube-scheduler's order; each skips a pod without volumes at PreFilter.
+    # and InterPodAffinity in kube-scheduler's order; each skips a pod that has nothing for
+    # it at PreFilter.
     Point.PRE_FILTER: _refs(
         "NodeResourcesFit",
         "NodeAffinity",
@@ -63,6 +64,7 @@ DEFAULT_PLUGINS: Mapping[Point, tuple[PluginRef, ...]] = {
         "NodeVolumeLimits",
         "VolumeBinding",
         "VolumeZone",
+        "InterPodAffinity",
         "DynamicResources",
         "GPUFit",
     ),
@@ -77,10 +79,11 @@ DEFAULT_PLUGINS: Mapping[Point, tuple[PluginRef, ...]] = {
         "NodeVolumeLimits",
         "VolumeBinding",
         "VolumeZone",
+        "InterPodAffinity",
         "GPUFit",
         "Thermal",
     ),
-    Point.PRE_SCORE: _refs("NetworkLocality"),
+    Point.PRE_SCORE: _refs("InterPodAffinity", "NetworkLocality"),
     # The seed article weights fragmentation 0.40, thermal 0.35, network 0.25. Measured in
     # the simulator (`gpusched simulate`, seeds 1-3), a 0.35 thermal score steers work off
     # warm-but-safe nodes and costs 0.7-2.6 points of GPU allocation and up to 6 points of
@@ -90,6 +93,9 @@ DEFAULT_PLUGINS: Mapping[Point, tuple[PluginRef, ...]] = {
         PluginRef("GPUFragmentation", 0.40),
         PluginRef("Thermal", 0.05),
         PluginRef("NetworkLocality", 0.25),
+        # kube-scheduler's default weight 2; costs nothing while no pod has pod affinity
+        # terms (PreScore skips), so the FGD protocol's numbers are unchanged.
+        PluginRef("InterPodAffinity", 2),
     ),
     # VolumeBinding binds the pod's claims before the pod (kube-scheduler's order).
     Point.RESERVE: _refs("VolumeBinding", "GPUFit"),

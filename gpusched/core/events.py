@@ -48,7 +48,21 @@ class ClusterEvents:
         if pod.node_name:
             # Bound, by us or any other scheduler: its usage counts, it is not ours to place.
             self.queue.delete(uid)
+            before = self.cache.get(uid)
+            # What the pod was before this version (None: new to the cache): an assumed pod
+            # seen bound is a pod add, as kube-scheduler's informer reports it.
+            old = None if before is None or before.assumed else before.pod
             self.cache.add_or_update_pod(pod)
+            if pod.terminal:
+                # Finished: the cache dropped it, which frees what a deletion frees (the
+                # pod watch's list excludes terminal pods, so no DELETED follows).
+                if before is not None and before.alloc is not None:
+                    self.queue.move_all(ClusterEvent.ASSIGNED_POD_DELETE)
+                return
+            if old is None:
+                self.queue.move_all(ClusterEvent.ASSIGNED_POD_ADD)
+            elif old.labels != pod.labels:
+                self.queue.move_all(ClusterEvent.ASSIGNED_POD_UPDATE)
             return
         if pod.scheduler_name not in self.profiles:
             return

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
+
+import numpy as np
+from numpy.typing import NDArray
 
 from gpusched.core.cache.cache import ClusterCache
 from gpusched.core.cache.snapshot import Snapshot
-from gpusched.framework.interfaces import ClusterPort, Rows, UsedPorts
+from gpusched.framework.interfaces import ClusterPort, PodMatcher, Rows, UsedPorts
 from gpusched.framework.volumes import NO_VOLUMES, VolumePort
 from gpusched.model.pod import PodInfo
 
@@ -47,3 +50,14 @@ class SchedulerHandle:
     @property
     def volumes(self) -> VolumePort:
         return self._volumes
+
+    def count_matching_pods(self, matcher: PodMatcher) -> NDArray[np.int64]:
+        return self.cache.count_matching_pods(matcher)
+
+    def pods_with_affinity(
+        self, *, required_anti_only: bool = False
+    ) -> Sequence[tuple[PodInfo, int]]:
+        return self.cache.pods_with_affinity(required_anti_only=required_anti_only)
+
+    def namespace_labels(self) -> Mapping[str, Mapping[str, str]]:
+        return self.cache.namespace_labels()

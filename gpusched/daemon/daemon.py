@@ -55,6 +55,7 @@ from gpusched.kube.ops import pod_path
 from gpusched.kube.volumes import CLAIMS, CLASSES, CSI_NODES, VOLUMES, KubeVolumes
 from gpusched.kube.watch import Backoff, EventType, Reflector
 from gpusched.kube.writer import ClusterWriter, ObjectRef
+from gpusched.model.namespace import NamespaceInfo, namespace_from_k8s
 from gpusched.model.node import NodeModel, TopologyKeys, node_from_k8s
 from gpusched.model.pod import PodInfo, pod_from_k8s
 from gpusched.observability.metrics import Metrics
@@ -155,9 +156,25 @@ class Daemon:
             read_timeout=config.watch.read_timeout_seconds,
             backoff=_backoff(config.watch),
         )
+        # Namespace labels, for pod (anti-)affinity terms' namespaceSelector.
+        self.namespace_watch: Reflector[NamespaceInfo] = Reflector(
+            kube,
+            "/api/v1/namespaces",
+            namespace_from_k8s,
+            self._on_namespace,
+            name="namespaces",
+            watch_timeout=config.watch.timeout_seconds,
+            read_timeout=config.watch.read_timeout_seconds,
+            backoff=_backoff(config.watch),
+        )
         # /healthz: the watches progress and the loop is not wedged (daemon/liveness.py).
         self.liveness = Liveness(
-            [self.node_watch, self.pod_watch, *(self.volumes.reflectors if self.volumes else ())],
+            [
+                self.node_watch,
+                self.pod_watch,
+                self.namespace_watch,
+                *(self.volumes.reflectors if self.volumes else ()),
+            ],
             lambda: len(self.queue.active),
             watch_stall=config.liveness.watch_stall_seconds,
             loop_stall=config.liveness.loop_stall_seconds,
@@ -244,6 +261,7 @@ class Daemon:
         background = [
             asyncio.create_task(self.node_watch.run(), name="watch nodes"),
             asyncio.create_task(self.pod_watch.run(), name="watch pods"),
+            asyncio.create_task(self.namespace_watch.run(), name="watch namespaces"),
         ]
         for reflector in self.volumes.reflectors if self.volumes else ():
             background.append(asyncio.create_task(reflector.run(), name=f"watch {reflector.name}"))
@@ -257,6 +275,7 @@ class Daemon:
                 self.node_watch.synced.wait(),
                 self.pod_watch.synced.wait(),
                 *([self.volumes.wait_synced()] if self.volumes else []),
+                self.namespace_watch.synced.wait(),
             )
             stop = asyncio.ensure_future(self._stop.wait())
             waiters: set[asyncio.Future[Any]] = {synced, stop}
@@ -512,6 +531,13 @@ class Daemon:
         rejected (core/queue/hints.py)."""
         self.metrics.watch_events.labels(kind).inc()
         self.queue.move_all(_STORAGE_EVENTS[kind])
+
+    def _on_namespace(self, kind: EventType, ns: NamespaceInfo) -> None:
+        self.metrics.watch_events.labels("namespaces").inc()
+        if kind is EventType.DELETED:
+            self.cache.remove_namespace(ns.name)
+        else:
+            self.cache.set_namespace(ns.name, ns.labels)
 
     def _on_pod(self, kind: EventType, pod: PodInfo) -> None:
         self.metrics.watch_events.labels("pods").inc()

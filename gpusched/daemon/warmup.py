@@ -10,19 +10,56 @@ thread (the loop keeps serving the watches meanwhile), before it asks for the Le
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any
+
 from gpusched.config import SchedulerConfig
 from gpusched.framework.registry import Registry
+from gpusched.model import keys
+from gpusched.model.pod import PodInfo, PodRequest
 from gpusched.sim.engine import Simulation
-from gpusched.sim.generator import generate_fleet, generate_workload
+from gpusched.sim.generator import Fleet, generate_fleet, generate_workload
 
 WARM_PODS = 64  # whole-card, shared and CPU-only pods: every kernel the cycles call
+
+
+def warm_workload() -> tuple[Fleet, list[PodInfo]]:
+    """The throwaway fleet and the pods the warm-up schedules on it."""
+    fleet = generate_fleet(seed=1, racks=4, nodes_per_rack=2, racks_per_spine=2)
+    pods = generate_workload(fleet, seed=1)[:WARM_PODS]
+    # Two pods with pod anti-affinity and a preferred affinity over racks: the second meets
+    # the first's terms, so InterPodAffinity's kernels run in Filter and Score. First, while
+    # the cluster has room, so both reach Score.
+    term: dict[str, Any] = {
+        "labelSelector": {"matchLabels": {"app": "warm-affinity"}},
+        "topologyKey": keys.RACK_LABEL,
+    }
+    affinity = {
+        "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]},
+        "podAffinity": {
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {"weight": 1, "podAffinityTerm": term}
+            ]
+        },
+    }
+    warm_affinity = [
+        dataclasses.replace(
+            pods[0],
+            request=PodRequest(cpu_milli=100),
+            uid=f"warm-affinity-{i}",
+            name=f"warm-affinity-{i}",
+            labels={"app": "warm-affinity"},
+            affinity=affinity,
+        )
+        for i in range(2)
+    ]
+    return fleet, warm_affinity + pods
 
 
 def warm_kernels(config: SchedulerConfig, registry: Registry) -> int:
     """Schedule a generated workload with every profile; returns the pods placed. Touches
     nothing but its own in-memory cluster."""
-    fleet = generate_fleet(seed=1, racks=4, nodes_per_rack=2, racks_per_spine=2)
-    pods = generate_workload(fleet, seed=1)[:WARM_PODS]
+    fleet, pods = warm_workload()
     placed = 0
     for profile in config.profiles:
         sim = Simulation(fleet.nodes, profile, registry, max_cards=config.max_cards_per_node)

@@ -85,6 +85,30 @@ is never seen bound without its card assignment and the scheduler needs no right
 pods (pkg/registry/core/pod/storage/storage.go, setPodNodeAndMetadata)."""
 
 
+class PodMatcher(Protocol):
+    """Which existing pods count for a plugin (InterPodAffinity's terms, PodTopologySpread's
+    constraints): a compiled label selector plus the namespaces it looks in. The cache counts
+    the pods it matches per node (`Handle.count_matching_pods`) without walking every pod:
+    it reads only the pods filed under `anchor` (or under `namespaces`, whichever is
+    smaller) and asks `matches` of each."""
+
+    @property
+    def namespaces(self) -> frozenset[str] | None:
+        """The namespaces a matching pod is in; None: every namespace."""
+        ...
+
+    @property
+    def anchor(self) -> tuple[str, frozenset[str] | None] | None:
+        """A condition every matching pod meets: label `key` present with one of `values`
+        (None: any value); None when the selector has no such condition (e.g. only NotIn)."""
+        ...
+
+    def matches(self, pod: PodInfo) -> bool:
+        """Whether `pod` counts (namespace and labels; a plugin may add its own conditions,
+        e.g. skip terminating pods)."""
+        ...
+
+
 class ClusterPort(Protocol):
     """The writes a scheduler makes to the cluster: the API server in the daemon, the
     in-memory cluster in the simulator. Errors come back as a Status, never raised."""
@@ -124,6 +148,24 @@ class Handle(Protocol):
     @property
     def volumes(self) -> VolumePort:
         """Claims, volumes, storage classes and CSINodes (framework/volumes.py)."""
+        ...
+
+    def count_matching_pods(self, matcher: PodMatcher) -> NDArray[np.int64]:
+        """Per snapshot row (length `len(snapshot.node_valid)`), how many pods (bound or
+        assumed) on that row's node `matcher` matches; 0 on empty rows."""
+        ...
+
+    def pods_with_affinity(
+        self, *, required_anti_only: bool = False
+    ) -> Sequence[tuple[PodInfo, int]]:
+        """Pods (bound or assumed) on a snapshot row whose spec carries pod affinity or pod
+        anti-affinity (only required anti-affinity with `required_anti_only`), with their
+        row: kube-scheduler's PodsWithAffinity / PodsWithRequiredAntiAffinity."""
+        ...
+
+    def namespace_labels(self) -> Mapping[str, Mapping[str, str]]:
+        """The labels of every namespace known (namespaceSelector); empty where namespaces
+        are not watched (the simulator)."""
         ...
 
 

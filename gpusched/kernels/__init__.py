@@ -7,6 +7,8 @@ See README.md beside this file for what each kernel computes and the twin rule.
 from gpusched.kernels.allocated import allocated_score_nb, allocated_score_np
 from gpusched.kernels.best_fit_score import best_fit_score_nb, best_fit_score_np
 from gpusched.kernels.choose_cards import choose_cards_nb, choose_cards_np
+from gpusched.kernels.domain_counts import domain_counts_nb, domain_counts_np
+from gpusched.kernels.domain_gather import domain_gather_nb, domain_gather_np
 from gpusched.kernels.fit_resources import (
     REASON_CPU,
     REASON_MEMORY,
@@ -41,6 +43,10 @@ __all__ = [
     "best_fit_score_np",
     "choose_cards_nb",
     "choose_cards_np",
+    "domain_counts_nb",
+    "domain_counts_np",
+    "domain_gather_nb",
+    "domain_gather_np",
     "fit_resources_nb",
     "fit_resources_np",
     "frag_score_nb",

@@ -12,6 +12,7 @@ from gpusched.plugins.gpu_clustering_score import GpuClusteringScore
 from gpusched.plugins.gpu_fit import GPUFit
 from gpusched.plugins.gpu_fragmentation import GPUFragmentation
 from gpusched.plugins.gpu_packing_score import GpuPackingScore
+from gpusched.plugins.inter_pod_affinity import InterPodAffinity
 from gpusched.plugins.network_locality import NetworkLocality
 from gpusched.plugins.node_affinity import NodeAffinity
 from gpusched.plugins.node_name import NodeName
@@ -43,6 +44,7 @@ BUILTIN = (
     NodeVolumeLimits,
     VolumeBinding,
     VolumeZone,
+    InterPodAffinity,
     GPUFit,
     GPUFragmentation,
     Thermal,

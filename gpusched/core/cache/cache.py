@@ -59,11 +59,13 @@ import re
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from gpusched.core.cache.snapshot import Snapshot
-from gpusched.framework.interfaces import Allocation, Rows, UsedPorts
+from gpusched.framework.interfaces import Allocation, PodMatcher, Rows, UsedPorts
 from gpusched.model import keys
 from gpusched.model.node import FULL_CARD_MILLI, NodeModel
 from gpusched.model.pod import GpuKind, PodInfo, PodRequest, parse_gpu_ids
@@ -153,6 +155,16 @@ class ClusterCache:
         # Host ports in use per node (NodePorts), only nodes where a pod holds one, kept
         # with `_by_node` so the filter reads a few nodes, never every pod.
         self._ports: dict[str, dict[tuple[str, int], Counter[str]]] = {}
+        # Pods carrying pod (anti-)affinity, and those with required anti-affinity
+        # (kube-scheduler's PodsWithAffinity / PodsWithRequiredAntiAffinity), by uid: what
+        # InterPodAffinity reads of other pods' terms, never every pod.
+        self._with_affinity: dict[str, None] = {}
+        self._with_required_anti: dict[str, None] = {}
+        # Pods by namespace and label, built on the first count_matching_pods (a cluster
+        # without pod affinity or topology spread never pays for it), then kept up to date.
+        self._labels: _LabelIndex | None = None
+        # Namespace name -> labels (namespaceSelector), from the daemon's namespace watch.
+        self.namespaces: dict[str, Mapping[str, str]] = {}
         self.stats = CacheStats()
         # Told of every pod charged conservatively (core/events.py forwards it to the daemon,
         # which writes a Warning Event); the message names the pod, the fault and the charge.
@@ -193,6 +205,7 @@ class ClusterCache:
         self.pods[pod.uid] = entry
         self._by_node.setdefault(alloc.node, set()).add(pod.uid)
         self._ports_add(pod, alloc.node, 1)
+        self._file(pod, 1)
         self._take(entry, alloc)
 
     def forget(self, uid: str) -> PodEntry | None:
@@ -219,7 +232,12 @@ class ClusterCache:
             self.pods[pod.uid] = entry
             self._by_node.setdefault(pod.node_name, set()).add(pod.uid)
             self._ports_add(pod, pod.node_name, 1)
+            self._file(pod, 1)
         else:
+            old = entry.pod
+            if old.labels != pod.labels or old.affinity != pod.affinity:
+                self._file(old, -1)
+                self._file(pod, 1)
             if entry.pod.host_ports != pod.host_ports:  # immutable in the API; kept exact
                 self._ports_add(entry.pod, entry.node, -1)
                 self._ports_add(pod, entry.node, 1)
@@ -277,6 +295,45 @@ class ClusterCache:
     def used_host_ports(self) -> Mapping[str, UsedPorts]:
         return self._ports
 
+    def count_matching_pods(self, matcher: PodMatcher) -> NDArray[np.int64]:
+        rows = self.snapshot.rows
+        out = np.zeros(len(self.snapshot.node_valid), np.int64)
+        if self._labels is None:
+            self._labels = _LabelIndex()
+            for entry in self.pods.values():
+                self._labels.add(entry.pod, 1)
+        pods, matches = self.pods, matcher.matches
+        hits: list[int] = []
+        for uid in self._labels.candidates(matcher):
+            entry = pods[uid]
+            if matches(entry.pod):
+                row = rows.get(entry.node, -1)
+                if row >= 0:
+                    hits.append(row)
+        if hits:
+            np.add.at(out, hits, 1)
+        return out
+
+    def pods_with_affinity(self, *, required_anti_only: bool = False) -> list[tuple[PodInfo, int]]:
+        uids = self._with_required_anti if required_anti_only else self._with_affinity
+        rows = self.snapshot.rows
+        out: list[tuple[PodInfo, int]] = []
+        for uid in uids:
+            entry = self.pods[uid]
+            row = rows.get(entry.node, -1)
+            if row >= 0:
+                out.append((entry.pod, row))
+        return out
+
+    def namespace_labels(self) -> Mapping[str, Mapping[str, str]]:
+        return self.namespaces
+
+    def set_namespace(self, name: str, labels: Mapping[str, str]) -> None:
+        self.namespaces[name] = labels
+
+    def remove_namespace(self, name: str) -> None:
+        self.namespaces.pop(name, None)
+
     def allocations(self) -> Iterable[PodEntry]:
         return self.pods.values()
 
@@ -332,6 +389,7 @@ class ClusterCache:
             if not members:
                 del self._by_node[node]
         self._ports_add(entry.pod, node, -1)
+        self._file(entry.pod, -1)
         self._uncharge(entry)
 
     def _uncharge(self, entry: PodEntry) -> None:
@@ -359,6 +417,24 @@ class ClusterCache:
                     del used[key]
         if not used:
             del self._ports[node]
+
+    def _file(self, pod: PodInfo, delta: int) -> None:
+        """File (delta 1) or unfile (-1) a pod in the affinity and label indexes."""
+        anti = pod.affinity.get("podAntiAffinity") if pod.affinity else None
+        if anti or (pod.affinity and pod.affinity.get("podAffinity")):
+            if delta > 0:
+                self._with_affinity[pod.uid] = None
+            else:
+                self._with_affinity.pop(pod.uid, None)
+            if isinstance(anti, Mapping) and anti.get(
+                "requiredDuringSchedulingIgnoredDuringExecution"
+            ):
+                if delta > 0:
+                    self._with_required_anti[pod.uid] = None
+                else:
+                    self._with_required_anti.pop(pod.uid, None)
+        if self._labels is not None:
+            self._labels.add(pod, delta)
 
     def _job_add(self, pod: PodInfo, row: int, delta: int) -> None:
         key = pod.job_key
@@ -515,3 +591,52 @@ def _invalid(req: PodRequest, claim: Claim, n_cards: int, card_mem: np.ndarray) 
             " (the pod's share of the card to a whole card)"
         )
     return ""
+
+
+class _LabelIndex:
+    """Pod uids by namespace, by label key and by (key, value): which pods a PodMatcher
+    may match, so counting reads those pods only."""
+
+    __slots__ = ("by_key", "by_ns", "by_pair")
+
+    def __init__(self) -> None:
+        self.by_ns: dict[str, set[str]] = {}
+        self.by_key: dict[str, set[str]] = {}
+        self.by_pair: dict[tuple[str, str], set[str]] = {}
+
+    def add(self, pod: PodInfo, delta: int) -> None:
+        uid = pod.uid
+        slots: list[tuple[dict[Any, set[str]], Any]] = [(self.by_ns, pod.namespace)]
+        for k, v in pod.labels.items():
+            slots.append((self.by_key, k))
+            slots.append((self.by_pair, (k, v)))
+        for table, key in slots:
+            if delta > 0:
+                table.setdefault(key, set()).add(uid)
+                continue
+            members = table.get(key)
+            if members is not None:
+                members.discard(uid)
+                if not members:
+                    del table[key]
+
+    def candidates(self, matcher: PodMatcher) -> list[str]:
+        """A superset of the uids `matcher` matches: the smaller of the pods in its
+        namespaces and the pods filed under its anchor (every pod when it has neither). A
+        list, not a view: the sets must not change under the caller's loop."""
+        choices: list[list[set[str]]] = []
+        namespaces = matcher.namespaces
+        if namespaces is not None:
+            choices.append([got for ns in namespaces if (got := self.by_ns.get(ns))])
+        anchor = matcher.anchor
+        if anchor is not None:
+            key, values = anchor
+            if values is None:
+                got = self.by_key.get(key)
+                choices.append([got] if got else [])
+            else:
+                choices.append([got for v in values if (got := self.by_pair.get((key, v)))])
+        if not choices:
+            choices.append(list(self.by_ns.values()))
+        best = min(choices, key=lambda sets: sum(len(x) for x in sets))
+        return [uid for members in best for uid in members]

@@ -31,7 +31,8 @@ class ClusterEvent(enum.Enum):
     NODE_UPDATE = "NodeUpdate"
     NODE_DELETE = "NodeDelete"
     ASSIGNED_POD_DELETE = "AssignedPodDelete"  # capacity freed
-    ASSIGNED_POD_ADD = "AssignedPodAdd"  # gangs and affinity may care
+    ASSIGNED_POD_ADD = "AssignedPodAdd"  # a pod bound (seen bound for the first time)
+    ASSIGNED_POD_UPDATE = "AssignedPodUpdate"  # a bound pod's labels changed
     POD_GROUP_CHANGE = "PodGroupChange"
     # Storage added or updated (the daemon's watches, only when a profile uses a volume
     # plugin): only pods a volume plugin rejected may care.
@@ -75,6 +76,9 @@ PLUGIN_NODE_CHANGES: dict[str, NodeChange] = {
     # Claims in use and attach limits change with pods and CSINodes, not with a node update.
     "VolumeRestrictions": NodeChange.NONE,
     "NodeVolumeLimits": NodeChange.NONE,
+    # Topology keys are watched label keys: a node gaining or changing one may put it in
+    # a domain that holds (or no longer holds) the pods a term selects.
+    "InterPodAffinity": NodeChange.LABELS,
 }
 
 VOLUME_PLUGINS = frozenset(
@@ -88,6 +92,11 @@ VOLUME_EVENTS = frozenset(
         ClusterEvent.CSI_NODE_CHANGE,
     }
 )
+
+# Filters that count other pods by their labels: a pod bound, or a bound pod's labels
+# changing, may satisfy them (kube-scheduler's Pod/Add and Pod/UpdatePodLabel events for
+# InterPodAffinity). Every other in-tree filter ignores those events.
+POD_LABEL_PLUGINS = frozenset({"InterPodAffinity"})
 
 
 # Rejections only the pod itself could lift (a malformed pod; DRA claims, which are
@@ -110,6 +119,7 @@ NODE_ONLY = frozenset(
 POD_EVENTS = frozenset(
     {
         ClusterEvent.ASSIGNED_POD_ADD,
+        ClusterEvent.ASSIGNED_POD_UPDATE,
         ClusterEvent.ASSIGNED_POD_DELETE,
         ClusterEvent.POD_GROUP_CHANGE,
     }
@@ -144,6 +154,11 @@ def may_help(
     if event in POD_EVENTS and rejected_by and rejected_by <= NODE_ONLY:
         # Another pod coming or going changes no node's labels, taints or cordon.
         return False
+    if event in (ClusterEvent.ASSIGNED_POD_ADD, ClusterEvent.ASSIGNED_POD_UPDATE):
+        # More pods, or relabelled ones, free nothing: only filters that count pods by
+        # label may change their mind. Every bind emits these, so a backlog rejected for
+        # capacity (or for no named reason) is not retried on every bind.
+        return bool(rejected_by & POD_LABEL_PLUGINS)
     # Fewer nodes never make a pod fit.
     return event is not ClusterEvent.NODE_DELETE
 

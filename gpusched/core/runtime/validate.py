@@ -7,14 +7,15 @@ a profile it cannot run, and a plugin constructor may reject its args.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
+from numpy.typing import NDArray
 
 from gpusched.config import ConfigError, SchedulerConfig
 from gpusched.config.args import ErrorList
 from gpusched.core.runtime.framework import Framework
-from gpusched.framework.interfaces import ClusterPort, Handle, Rows, UsedPorts
+from gpusched.framework.interfaces import ClusterPort, Handle, PodMatcher, Rows, UsedPorts
 from gpusched.framework.registry import Registry
 from gpusched.framework.snapshot import NodeColumns
 from gpusched.framework.status import Code, Status
@@ -56,6 +57,17 @@ class _StubHandle:
 
     def job_rows(self, job_key: str) -> Rows:
         return np.empty(0, np.intp)
+
+    def count_matching_pods(self, matcher: PodMatcher) -> NDArray[np.int64]:
+        return np.zeros(len(self._snapshot.node_valid), np.int64)
+
+    def pods_with_affinity(
+        self, *, required_anti_only: bool = False
+    ) -> Sequence[tuple[PodInfo, int]]:
+        return ()
+
+    def namespace_labels(self) -> Mapping[str, Mapping[str, str]]:
+        return {}
 
     def used_host_ports(self) -> Mapping[str, UsedPorts]:
         return {}

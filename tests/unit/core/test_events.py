@@ -270,3 +270,32 @@ def test_any_bound_pods_are_charged_within_the_cards_and_freed_exactly(
             n.memory_bytes,
             n.pods,
         )
+
+
+def test_a_bound_pod_wakes_pods_inter_pod_affinity_rejected_and_no_other() -> None:
+    sim = ai_sim(labelled("a", 0), labelled("b", 0))
+    near_web = {
+        "podAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {"labelSelector": {"matchLabels": {"app": "web"}}, "topologyKey": "zone"}
+            ]
+        }
+    }
+    for i in range(3):
+        p = dataclasses.replace(ai_pod(f"aff{i}"), labels={"app": "api"}, affinity=near_web)
+        assert sim.submit(p).result.name == "UNSCHEDULABLE"
+        big = ai_pod(f"cpu{i}")
+        big = dataclasses.replace(big, request=dataclasses.replace(big.request, cpu_milli=10**6))
+        assert sim.submit(big).result.name == "UNSCHEDULABLE"
+    sim.clock.advance_to(100.0)  # past their backoff: moved pods go to activeQ
+    web = dataclasses.replace(ai_pod("web"), labels={"app": "web"}, node_name="b", phase="Running")
+    sim.events.pod_changed(web)
+    assert sim.queue.where("uid-aff0") == "active"
+    assert sim.queue.where("uid-cpu0") == "unschedulable"
+    sim.run()
+    placed = {e.pod.name: e.node for e in sim.cache.allocations()}
+    # Both nodes are in zone z1 (labelled()): either is in the web pod's domain.
+    assert {placed[f"aff{i}"] for i in range(3)} <= {"a", "b"}
+    # A bound pod's relabel (AssignedPodUpdate) never wakes what NodeResourcesFit rejected.
+    sim.events.pod_changed(dataclasses.replace(web, labels={"app": "web", "v": "2"}))
+    assert sim.queue.where("uid-cpu0") == "unschedulable"

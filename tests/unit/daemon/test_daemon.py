@@ -226,8 +226,13 @@ async def test_a_watch_that_dies_stops_the_daemon_with_failure(
         d.pod_watch.synced.set()
         await asyncio.Event().wait()  # runs until cancelled
 
+    async def namespace_watch() -> None:
+        d.namespace_watch.synced.set()
+        await asyncio.Event().wait()
+
     monkeypatch.setattr(d.node_watch, "run", node_watch)
     monkeypatch.setattr(d.pod_watch, "run", pod_watch)
+    monkeypatch.setattr(d.namespace_watch, "run", namespace_watch)
     running = asyncio.create_task(d.run())
     await d.ready.wait()
     assert not d.failed
@@ -247,6 +252,7 @@ async def test_stop_is_not_a_failure(
 
     monkeypatch.setattr(d.node_watch, "run", lambda: watch(d.node_watch))
     monkeypatch.setattr(d.pod_watch, "run", lambda: watch(d.pod_watch))
+    monkeypatch.setattr(d.namespace_watch, "run", lambda: watch(d.namespace_watch))
     running = asyncio.create_task(d.run())
     await d.ready.wait()
     d.stop()
@@ -264,6 +270,7 @@ def _quiet_watches(d: Daemon, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(d.node_watch, "run", lambda: watch(d.node_watch))
     monkeypatch.setattr(d.pod_watch, "run", lambda: watch(d.pod_watch))
     _quiet_storage(d)
+    monkeypatch.setattr(d.namespace_watch, "run", lambda: watch(d.namespace_watch))
 
 
 def _events(stream: io.StringIO) -> list[dict[str, Any]]:
@@ -515,6 +522,7 @@ async def test_stop_before_the_first_sync_leaves_no_unretrieved_exception(
 
     monkeypatch.setattr(d.node_watch, "run", never_synced)
     monkeypatch.setattr(d.pod_watch, "run", never_synced)
+    monkeypatch.setattr(d.namespace_watch, "run", never_synced)
     loop = asyncio.get_running_loop()
     reported: list[dict[str, Any]] = []
     loop.set_exception_handler(lambda _loop, context: reported.append(context))
@@ -566,7 +574,7 @@ def test_the_watch_settings_reach_the_reflectors() -> None:
     config = dataclasses.replace(default_config(registry), watch=Watch(30, 45.0, 2.0, 8.0, 50.0))
     d = Daemon(None, config, registry, make_logger(io.StringIO()))  # type: ignore[arg-type]
     assert d.volumes is not None
-    for watch in (d.node_watch, d.pod_watch, *d.volumes.reflectors):
+    for watch in (d.node_watch, d.pod_watch, d.namespace_watch, *d.volumes.reflectors):
         assert (watch.watch_timeout, watch.read_timeout) == (30, 45.0)
         assert (watch.backoff.initial, watch.backoff.maximum) == (2.0, 8.0)
         assert watch.backoff.reset_after == 50.0
@@ -578,7 +586,12 @@ async def test_healthz_sees_the_watches_and_a_wedged_loop(
 ) -> None:
     d, _ = daemon
     assert d.volumes is not None
-    assert d.liveness.watches == [d.node_watch, d.pod_watch, *d.volumes.reflectors]
+    assert d.liveness.watches == [
+        d.node_watch,
+        d.pod_watch,
+        d.namespace_watch,
+        *d.volumes.reflectors,
+    ]
     clock.t += 3600
     assert d.liveness.problems() == []  # no loop yet (a standby): only the watches count
     seen: list[str] = []
@@ -713,4 +726,18 @@ def test_storage_is_watched_only_when_a_profile_has_a_volume_plugin() -> None:
     )
     d = Daemon(None, config, registry, make_logger(io.StringIO()))  # type: ignore[arg-type]
     assert d.volumes is None
-    assert d.liveness.watches == [d.node_watch, d.pod_watch]
+    assert d.liveness.watches == [d.node_watch, d.pod_watch, d.namespace_watch]
+
+
+def test_namespace_labels_reach_the_cache(daemon: tuple[Daemon, FakeWriter]) -> None:
+    """The namespace watch keeps every namespace's labels (InterPodAffinity's
+    namespaceSelector) and forgets a deleted namespace."""
+    d, _ = daemon
+    raw = {"metadata": {"name": "team-a", "uid": "ns-a", "labels": {"team": "a"}}}
+    d.namespace_watch._line(watch_line("ADDED", raw))
+    assert d.handle.namespace_labels() == {"team-a": {"team": "a"}}
+    raw["metadata"]["labels"] = {"team": "b"}
+    d.namespace_watch._line(watch_line("MODIFIED", raw))
+    assert d.handle.namespace_labels() == {"team-a": {"team": "b"}}
+    d.namespace_watch._line(watch_line("DELETED", raw))
+    assert d.handle.namespace_labels() == {}

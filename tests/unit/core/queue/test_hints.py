@@ -107,3 +107,19 @@ def test_volume_rejections_and_node_updates() -> None:
     assert may_help(frozenset({"NodeVolumeLimits"}), ClusterEvent.ASSIGNED_POD_DELETE)
     assert not may_help(frozenset({"VolumeZone"}), ClusterEvent.ASSIGNED_POD_DELETE)
     assert may_help(frozenset({"VolumeZone"}), ClusterEvent.NODE_ADD)
+
+
+def test_inter_pod_affinity_rejections_wake_on_bound_pods_and_node_labels() -> None:
+    ipa = frozenset({"InterPodAffinity"})
+    assert may_help(ipa, ClusterEvent.ASSIGNED_POD_ADD)  # a pod its affinity selects
+    assert may_help(ipa, ClusterEvent.ASSIGNED_POD_UPDATE)  # relabelled into a term
+    assert may_help(ipa, ClusterEvent.ASSIGNED_POD_DELETE)  # an anti-affinity match gone
+    assert may_help(ipa, ClusterEvent.NODE_ADD)
+    assert may_help(ipa, ClusterEvent.NODE_UPDATE, NodeChange.LABELS)  # a topology key
+    assert not may_help(ipa, ClusterEvent.NODE_UPDATE, NodeChange.ALLOCATABLE | NodeChange.TAINTS)
+    # Filters that do not count pods by label ignore pods being bound or relabelled.
+    fit = frozenset({"NodeResourcesFit", "GPUFit"})
+    assert not may_help(fit, ClusterEvent.ASSIGNED_POD_ADD)
+    assert not may_help(fit, ClusterEvent.ASSIGNED_POD_UPDATE)
+    assert may_help(fit | ipa, ClusterEvent.ASSIGNED_POD_ADD)
+    assert not may_help(frozenset(), ClusterEvent.ASSIGNED_POD_ADD)
