@@ -163,7 +163,7 @@ def pod(
     claims: Iterable[str] = (),
     node: str = "",
 ) -> JSON:
-    requests = {"cpu": cpu, "memory": memory, **(extra or {})}
+    requests = {k: v for k, v in (("cpu", cpu), ("memory", memory)) if v} | dict(extra or {})
     # Extended resources and hugepages may not be overcommitted: limits equal requests.
     limits = {k: v for k, v in requests.items() if k not in ("cpu", "memory")}
     if HUGEPAGES in limits:
@@ -255,7 +255,9 @@ class _Builder:
         return p
 
     def impossible(self, kind: str, why: str, **kw: Any) -> None:
-        p = self.add(kind, **kw)
+        # Nothing requested but what makes it impossible: a node that the others happened
+        # to fill would add "Insufficient cpu" to one scheduler's message only.
+        p = self.add(kind, **{"cpu": "", "memory": "", **kw})
         self.w.impossible[diffcheck.pod_key(p)] = why
 
     def anchor(self, kind: str, node: int, **kw: Any) -> None:
@@ -320,7 +322,7 @@ def _resources(b: _Builder) -> None:
         b.add("rdma", cpu="500m", memory="1Gi", extra={GPU: "1", RDMA: "1"})
     for _ in range(3):
         b.add("hugepages", cpu="500m", memory="1Gi", extra={HUGEPAGES: "512Mi"})
-    b.impossible("gpu16", "no node has 16 cards", cpu="1", extra={GPU: "16"})
+    b.impossible("gpu16", "no node has 16 cards", extra={GPU: "16"})
     b.impossible("cpu1000", "no node has 1000 cores", cpu="1000")
     b.impossible("fpga", "no node offers example.com/fpga", extra={"example.com/fpga": "1"})
     b.impossible("scratch10t", "no node has 10Ti of scratch", extra={"ephemeral-storage": "10Ti"})
