@@ -56,13 +56,15 @@ DEFAULT_PLUGINS: Mapping[Point, tuple[PluginRef, ...]] = {
     Point.PRE_FILTER: _refs(
         "NodeResourcesFit", "NodeAffinity", "NodePorts", "DynamicResources", "GPUFit"
     ),
+    # kube-scheduler's order: a node is counted under the first Filter that rejects it, so
+    # the FailedScheduling message depends on it (tests/integration/test_differential.py).
     Point.FILTER: _refs(
         "NodeUnschedulable",
         "NodeName",
-        "NodeResourcesFit",
         "TaintToleration",
         "NodeAffinity",
         "NodePorts",
+        "NodeResourcesFit",
         "GPUFit",
         "Thermal",
     ),
