@@ -317,10 +317,10 @@ def check_resources(outcome: Outcome) -> list[str]:
     used: dict[str, dict[str, Fraction]] = defaultdict(lambda: defaultdict(Fraction))
     count: dict[str, int] = defaultdict(int)
     for pod in outcome.placed:
-        node = node_of(pod)
-        count[node] += 1
+        where = node_of(pod)
+        count[where] += 1
         for k, v in pod_requests(pod).items():
-            used[node][k] += v
+            used[where][k] += v
     out = []
     for node_name in sorted(set(used) | set(count)):
         node = outcome.by_node.get(node_name)

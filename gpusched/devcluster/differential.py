@@ -664,13 +664,13 @@ def unproven(w: Workload) -> list[str]:
             blockable = siblings
             for r, amount in requests[id(p)].items():
                 slacks = sorted(room[n].get(r, Fraction(0)) - amount for n in subset)
-                spent, k = Fraction(0), 0
+                spent, blocked = Fraction(0), 0
                 for s in slacks:
                     if spent + max(s, Fraction(0)) >= demand[r] and s >= 0:
                         break
                     spent += max(s, Fraction(0))
-                    k += 1
-                blockable += k
+                    blocked += 1
+                blockable += blocked
             if blockable >= len(subset):
                 out.append(
                     f"{diffcheck.pod_key(p)}: {blockable} of {len(subset)} candidate nodes"

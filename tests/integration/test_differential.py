@@ -137,3 +137,18 @@ def test_gpusched_and_kube_scheduler_agree_on_a_mixed_workload() -> None:
         f" {len(w.anchors)} anchors on {len(w.nodes)} nodes; settled in"
         f" kube-scheduler {kube.seconds:.1f}s, gpusched {ours.seconds:.1f}s"
     )
+
+
+def test_the_checker_finds_no_fault_in_kube_schedulers_outcome_with_every_feature() -> None:
+    """kube-scheduler is the reference: on the workload with every feature (pod affinity,
+    spread and volumes included, which gpusched's other plugins are joining), the checker
+    must find its outcome clean and every impossible pod reported. A checker that misread
+    a constraint would fail here first."""
+    w = diff.generate(SEED, diff.FEATURES)
+    assert diff.unproven(w) == []
+    kube = _run(w, BASELINE_SCHEDULER)
+    assert _verdict(w, kube) == []
+    spread = parse_fit_message(kube.messages[next(k for k in w.impossible if "spread-nokey" in k)])
+    assert spread.reasons.get(
+        "node(s) didn't match pod topology spread constraints (missing required label)"
+    )
