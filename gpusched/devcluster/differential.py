@@ -25,8 +25,7 @@ import asyncio
 import random
 import time
 from collections import defaultdict
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from contextlib import aclosing
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
@@ -34,6 +33,7 @@ from typing import Any
 from gpusched.devcluster import diffcheck
 from gpusched.devcluster.bootstrap import wait_nodes_ready
 from gpusched.devcluster.nodes import NodeSpec, node_object
+from gpusched.devcluster.testkit import watch_items
 from gpusched.kube import Kube, create_namespace, create_nodes, pod_path
 
 JSON = dict[str, Any]
@@ -800,53 +800,6 @@ def _zone_choices(p: JSON, admits: set[str], nodes: Iterable[JSON]) -> list[set[
 
 
 # -- running it on a cluster ----------------------------------------------------------------
-
-
-async def watch_items(
-    kube: Kube,
-    path: str,
-    until: Callable[[dict[str, JSON]], bool],
-    *,
-    query: Sequence[tuple[str, str]] = (),
-    timeout: float = 120.0,  # noqa: ASYNC109 - the error names what was awaited
-    what: str = "",
-    explain: Callable[[dict[str, JSON]], str] = lambda _items: "",
-) -> dict[str, JSON]:
-    """The objects of the collection `path` by "namespace/name", once `until` holds for
-    them (checked after the list and after every watch event); lists, then watches from the
-    list's resourceVersion, re-listing when the watch ends. On timeout the error says
-    `what` was awaited and `explain(the objects last seen)`."""
-    items: dict[str, JSON] = {}
-
-    async def run() -> dict[str, JSON]:
-        while True:
-            listing = await kube.get(path, query=list(query))
-            items.clear()
-            items.update({diffcheck.pod_key(o): o for o in listing.get("items", [])})
-            if until(items):
-                return items
-            version = str(listing["metadata"]["resourceVersion"])
-            events = kube.watch(path, resource_version=version, query=list(query))
-            async with aclosing(events):
-                async for event in events:
-                    if event.type == "ERROR":
-                        break
-                    if event.type == "BOOKMARK":
-                        continue
-                    key = diffcheck.pod_key(event.object)
-                    if event.type == "DELETED":
-                        items.pop(key, None)
-                    else:
-                        items[key] = event.object
-                    if until(items):
-                        return items
-
-    try:
-        return await asyncio.wait_for(run(), timeout)
-    except TimeoutError:
-        raise TimeoutError(
-            f"{what or path}: not reached after {timeout:.0f}s. {explain(items)}"
-        ) from None
 
 
 def _condition(pod: Mapping[str, Any], type_: str) -> JSON:
