@@ -621,10 +621,3 @@ def parse_fit_message(message: str) -> FitMessage:
     if over:
         raise ValueError(f"reason count outside 1..{total} for {over} in {message!r}")
     return FitMessage(total, reasons, pre_filter, match["post"] or "")
-
-
-def reason_family(reason: str) -> str:
-    """The plugin's wording with node-specific parts cut (the taint's key and value)."""
-    if reason.startswith("node(s) had untolerated taint"):
-        return "node(s) had untolerated taint"
-    return reason
