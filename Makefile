@@ -41,8 +41,8 @@ cluster-down: venv
 
 # The daemon on the local control plane (docs/daemon.md): starts or reuses `make cluster-up`,
 # runs `gpusched run` in the background (log: .cluster/logs/gpusched.log), applies
-# manifests/examples/demo-workload.yaml and prints pod -> node -> cards -> why. Everything
-# keeps running for kubectl until `make cluster-down`.
+# manifests/examples/demo-workload.yaml (Jobs and Deployments) and prints pod -> node ->
+# cards -> why. Everything keeps running for kubectl until `make cluster-down`.
 demo-cluster: venv bins
 	$(PY) -m gpusched.devcluster.demo up
 

@@ -53,34 +53,37 @@ def _refs(*names: str) -> tuple[PluginRef, ...]:
 DEFAULT_PLUGINS: Mapping[Point, tuple[PluginRef, ...]] = {
     Point.PRE_ENQUEUE: _refs("SchedulingGates"),
     Point.QUEUE_SORT: _refs("PrioritySort"),
-    # The volume plugins (VolumeRestrictions, NodeVolumeLimits, VolumeBinding, VolumeZone)
-    # and InterPodAffinity in kube-scheduler's order; each skips a pod that has nothing for
-    # it at PreFilter.
+    # kube-scheduler's order (the first PreFilter to refuse a pod words its message); the
+    # volume plugins and InterPodAffinity skip a pod that has nothing for them.
     Point.PRE_FILTER: _refs(
-        "NodeResourcesFit",
         "NodeAffinity",
         "NodePorts",
+        "NodeResourcesFit",
+        "GPUFit",
         "VolumeRestrictions",
         "NodeVolumeLimits",
         "VolumeBinding",
         "VolumeZone",
         "InterPodAffinity",
         "DynamicResources",
-        "GPUFit",
     ),
+    # kube-scheduler's order: a node is counted under the first Filter that rejects it, so
+    # the FailedScheduling message depends on it (tests/integration/test_differential.py).
     Point.FILTER: _refs(
         "NodeUnschedulable",
         "NodeName",
-        "NodeResourcesFit",
         "TaintToleration",
         "NodeAffinity",
         "NodePorts",
+        "NodeResourcesFit",
+        # GPUFit is gpusched's NodeResourcesFit for cards: it stands where kube-scheduler
+        # says "Insufficient nvidia.com/gpu".
+        "GPUFit",
         "VolumeRestrictions",
         "NodeVolumeLimits",
         "VolumeBinding",
         "VolumeZone",
         "InterPodAffinity",
-        "GPUFit",
         "Thermal",
     ),
     Point.PRE_SCORE: _refs("InterPodAffinity", "NetworkLocality"),

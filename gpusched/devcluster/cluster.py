@@ -51,11 +51,15 @@ CONTROLLER_MANAGER = "kube-controller-manager"
 # them for v1.36): what turns Deployments, Jobs, StatefulSets and DaemonSets into pods,
 # garbage-collects dependents, empties deleted namespaces, gives every namespace its
 # `default` ServiceAccount and kube-root-ca.crt, binds and protects PVCs, creates
-# ResourceClaims and ephemeral PVCs for pods, keeps PDB status (eviction reads it), and
-# collects orphaned and terminated pods. NOT node-lifecycle-controller: KWOK nodes have
-# heartbeats off (configs.kwok_config), so it would find every node's status stale, taint
-# them NotReady/unreachable and evict their pods. Nothing else either (no node IPAM, no
-# CSR signing, no service/endpoint controllers): nothing here needs them.
+# ResourceClaims and ephemeral PVCs for pods, keeps PDB status (eviction reads it),
+# collects orphaned and terminated pods, runs CronJobs, deletes finished Jobs past their
+# ttlSecondsAfterFinished, and keeps a PodGroup of scheduling.k8s.io/v1alpha2 while pods
+# name it (only with the GenericWorkload feature gate given to the apiserver, which
+# feature_gates() passes on; without it the controller manager skips it). NOT
+# node-lifecycle-controller: KWOK nodes have heartbeats off (configs.kwok_config), so it
+# would find every node's status stale, taint them NotReady/unreachable and evict their
+# pods. Nothing else either (no node IPAM, no CSR signing, no service/endpoint
+# controllers): nothing here needs them.
 CONTROLLERS = (
     "serviceaccount-token-controller",
     "serviceaccount-controller",
@@ -73,6 +77,9 @@ CONTROLLERS = (
     "persistentvolumeclaim-protection-controller",
     "resourceclaim-controller",
     "ephemeral-volume-controller",
+    "cronjob-controller",
+    "ttl-after-finished-controller",
+    "podgroup-protection-controller",
 )
 
 

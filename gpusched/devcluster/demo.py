@@ -17,6 +17,7 @@ import argparse
 import asyncio
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -125,6 +126,114 @@ def mixed_workload(
     order = list(range(len(pods)))
     rng.shuffle(order)
     return [pods[i] for i in order]
+
+
+# Each kind of demo pod as a user would run it: training (whole cards, model-constrained) as
+# Jobs, which KWOK completes once they run; inference, notebooks and CPU services (shared
+# cards, CPU-only) as Deployments; the pods that cannot fit as Deployments too, so their
+# FailedScheduling Events stay to be read.
+_JOB_KINDS = frozenset({"whole", "model"})
+GROUP_LABEL = "demo.gpusched.io/group"
+APIS = {
+    "Pod": "/api/v1/namespaces/{namespace}/pods",
+    "Deployment": "/apis/apps/v1/namespaces/{namespace}/deployments",
+    "StatefulSet": "/apis/apps/v1/namespaces/{namespace}/statefulsets",
+    "Job": "/apis/batch/v1/namespaces/{namespace}/jobs",
+    "CronJob": "/apis/batch/v1/namespaces/{namespace}/cronjobs",
+}
+
+
+def as_controllers(pods: Sequence[JSON], *, seed: int = 7) -> list[JSON]:
+    """The pods grouped by identical spec and metadata (but name) into Jobs and
+    Deployments, one per group with as many replicas as the group has pods; the pod
+    template carries the group's name in the label `demo.gpusched.io/group`."""
+    groups: dict[str, list[JSON]] = {}
+    for pod in pods:
+        meta = {k: v for k, v in pod["metadata"].items() if k != "name"}
+        key = orjson.dumps({"m": meta, "s": pod["spec"]}, option=orjson.OPT_SORT_KEYS).decode()
+        groups.setdefault(key, []).append(pod)
+    docs: list[JSON] = []
+    counters: dict[str, int] = {}
+    for members in groups.values():
+        first = members[0]
+        kind = first["metadata"]["labels"].get("demo.gpusched.io/kind", "pod")
+        base = _group_name(kind, first)
+        counters[base] = counters.get(base, 0) + 1
+        name = base if counters[base] == 1 else f"{base}-{counters[base]}"
+        meta = {k: v for k, v in first["metadata"].items() if k != "name"}
+        meta["labels"] = {**meta.get("labels", {}), GROUP_LABEL: name}
+        template: JSON = {"metadata": meta, "spec": dict(first["spec"])}
+        if kind in _JOB_KINDS:
+            template["spec"]["restartPolicy"] = "Never"
+            spec: JSON = {
+                "parallelism": len(members),
+                "completions": len(members),
+                "backoffLimit": 0,
+                "template": template,
+            }
+            docs.append(_object("batch/v1", "Job", name, spec))
+        else:
+            spec = {
+                "replicas": len(members),
+                "selector": {"matchLabels": {GROUP_LABEL: name}},
+                "template": template,
+            }
+            docs.append(_object("apps/v1", "Deployment", name, spec))
+    random.Random(seed).shuffle(docs)
+    return docs
+
+
+def _group_name(kind: str, pod: JSON) -> str:
+    """e.g. whole-2gpu, shared-250m, model-a100m80-1gpu, cpu-250m: what its pods ask for."""
+    ann = pod["metadata"].get("annotations") or {}
+    resources = pod["spec"]["containers"][0]["resources"]
+    parts = [kind]
+    if keys.GPU_MODEL in ann:
+        parts.append(ann[keys.GPU_MODEL].replace("|", "-"))
+    gpus = (resources.get("limits") or {}).get(keys.GPU_RESOURCE)
+    if gpus:
+        parts.append(f"{gpus}gpu")
+    if keys.GPU_MILLI in ann:
+        parts.append(f"{ann[keys.GPU_MILLI]}m")
+    if kind == "cpu" or len(parts) == 1:
+        parts.append(str(resources["requests"]["cpu"]))
+    name = "-".join(parts).lower()
+    return re.sub(r"[^a-z0-9-]+", "-", name).strip("-")
+
+
+def _object(api_version: str, kind: str, name: str, spec: JSON) -> JSON:
+    return {
+        "apiVersion": api_version,
+        "kind": kind,
+        "metadata": {"name": name, "labels": {"app": "gpusched-demo"}},
+        "spec": spec,
+    }
+
+
+def replicas(doc: JSON) -> int:
+    """How many pods a workload object asks for at once (a bare Pod: 1)."""
+    spec = doc.get("spec") or {}
+    if doc.get("kind") == "Job":
+        return int(spec.get("parallelism", 1))
+    if doc.get("kind") in ("Deployment", "StatefulSet"):
+        return int(spec.get("replicas", 1))
+    return 1 if doc.get("kind") == "Pod" else 0
+
+
+async def apply_docs(kube: Kube, namespace: str, docs: Iterable[JSON]) -> None:
+    """Create workload objects (kinds in APIS) in `namespace`, 16 at a time; ValueError
+    for any other kind, before anything is created."""
+    docs = list(docs)
+    unknown = sorted({str(d.get("kind")) for d in docs} - set(APIS))
+    if unknown:
+        raise ValueError(f"cannot apply kinds {unknown}; known: {sorted(APIS)}")
+    sem = asyncio.Semaphore(16)
+
+    async def create(doc: JSON) -> None:
+        async with sem:
+            await kube.post(APIS[doc["kind"]].format(namespace=namespace), doc)
+
+    await asyncio.gather(*(create(d) for d in docs))
 
 
 # -- waiting and checking ---------------------------------------------------------------------
@@ -322,30 +431,35 @@ def _start_daemon(state_dir: Path, kubeconfig: Path) -> Path:
 
 
 def load_workload(path: Path = WORKLOAD) -> list[JSON]:
+    """The workload objects of a manifest (documents of the kinds in APIS)."""
     docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
-    return [d for d in docs if d.get("kind") == "Pod"]
+    return [d for d in docs if d.get("kind") in APIS]
 
 
-async def _apply(kubeconfig: Path, pods: list[JSON], log_path: Path) -> int:
+async def _apply(kubeconfig: Path, docs: list[JSON], log_path: Path) -> int:
+    expected = sum(replicas(d) for d in docs)
     async with await Kube.connect(kubeconfig) as kube:
         await delete_namespace(kube, DEMO_NAMESPACE)
         await create_namespace(kube, DEMO_NAMESPACE)
         t0 = time.monotonic()
-        sem = asyncio.Semaphore(16)
-
-        async def create(pod: JSON) -> None:
-            async with sem:
-                await kube.post(pod_path(DEMO_NAMESPACE), pod)
-
-        await asyncio.gather(*(create(p) for p in pods))
-        _log(f"created {len(pods)} pods in namespace {DEMO_NAMESPACE}; waiting for them")
-        names = [p["metadata"]["name"] for p in pods]
-        final = await wait_settled(kube, DEMO_NAMESPACE, names, timeout=300)
+        await apply_docs(kube, DEMO_NAMESPACE, docs)
+        _log(
+            f"created {len(docs)} Jobs and Deployments ({expected} pods) in namespace"
+            f" {DEMO_NAMESPACE}; waiting for their pods"
+        )
+        final = await wait_settled(
+            kube,
+            DEMO_NAMESPACE,
+            (),
+            timeout=300,
+            until=lambda pods: len(pods) >= expected and all(settled(p) for p in pods.values()),
+        )
         seconds = time.monotonic() - t0
+    names = sorted(final)
     decisions: dict[str, JSON] = {}
     for rec in read_decisions(log_path):
         decisions[rec["pod"]] = rec  # the last attempt wins
-    table = Table(title=f"gpusched: {len(pods)} pods in {seconds:.1f}s (from {log_path})")
+    table = Table(title=f"gpusched: {len(names)} pods in {seconds:.1f}s (from {log_path})")
     for col in ("pod", "node", "cards", "why"):
         table.add_column(col, overflow="fold")
     bound = 0
@@ -365,7 +479,7 @@ async def _apply(kubeconfig: Path, pods: list[JSON], log_path: Path) -> int:
             table.add_row(name, "[red]pending", "-", cond.get("message", ""))
     Console(width=max(140, Console().width)).print(table)
     _log(
-        f"{bound}/{len(pods)} bound. The cluster and the daemon keep running: export"
+        f"{bound}/{len(names)} bound. The cluster and the daemon keep running: export"
         f" KUBECONFIG={kubeconfig}; kubectl -n {DEMO_NAMESPACE} get pods -o wide;"
         " `make cluster-down` stops both."
     )
@@ -399,14 +513,15 @@ def cmd_stop(state_dir: Path) -> int:
 
 def write_workload(path: Path = WORKLOAD, count: int = 60) -> None:
     """Regenerate manifests/examples/demo-workload.yaml from `mixed_workload`."""
-    pods = mixed_workload(count)
+    docs = as_controllers(mixed_workload(count))
     header = (
         "# A sample mixed workload for `make demo-cluster` (generated by\n"
-        "# `python -m gpusched.devcluster.demo write-workload`): whole-card, shared,\n"
-        "# CPU-only and model-constrained pods for spec.schedulerName: ai-scheduler, plus\n"
+        "# `python -m gpusched.devcluster.demo write-workload`), as users run it: training\n"
+        "# (whole cards, model-constrained) as Jobs, inference and CPU services (shared\n"
+        "# cards, CPU-only) as Deployments, all with spec.schedulerName: ai-scheduler, plus\n"
         "# five that cannot be placed, to show the FailedScheduling Events.\n"
     )
-    path.write_text(header + yaml.safe_dump_all(pods, sort_keys=False))
+    path.write_text(header + yaml.safe_dump_all(docs, sort_keys=False))
 
 
 def main(argv: list[str] | None = None) -> int:

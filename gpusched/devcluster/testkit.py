@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from collections.abc import Callable, Sequence
+from contextlib import aclosing
 from pathlib import Path
 from typing import Any
 
@@ -157,3 +159,55 @@ def daemon_argv(kubeconfig: Path, config: Path | None = None, *extra: str) -> li
     if config is not None:
         argv += ["--config", str(config)]
     return [*argv, "--metrics-port", "0", *extra]
+
+
+def _key(obj: JSON) -> str:
+    meta = obj.get("metadata") or {}
+    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+
+
+async def watch_items(
+    kube: Kube,
+    path: str,
+    until: Callable[[dict[str, JSON]], bool],
+    *,
+    query: Sequence[tuple[str, str]] = (),
+    timeout: float = 120.0,  # noqa: ASYNC109 - the error names what was awaited
+    what: str = "",
+    explain: Callable[[dict[str, JSON]], str] = lambda _items: "",
+) -> dict[str, JSON]:
+    """The objects of the collection `path` by "namespace/name", once `until` holds for
+    them (checked after the list and after every watch event); lists, then watches from the
+    list's resourceVersion, re-listing when the watch ends. On timeout the error says
+    `what` was awaited and `explain(the objects last seen)`."""
+    items: dict[str, JSON] = {}
+
+    async def run() -> dict[str, JSON]:
+        while True:
+            listing = await kube.get(path, query=list(query))
+            items.clear()
+            items.update({_key(o): o for o in listing.get("items", [])})
+            if until(items):
+                return items
+            version = str(listing["metadata"]["resourceVersion"])
+            events = kube.watch(path, resource_version=version, query=list(query))
+            async with aclosing(events):
+                async for event in events:
+                    if event.type == "ERROR":
+                        break
+                    if event.type == "BOOKMARK":
+                        continue
+                    key = _key(event.object)
+                    if event.type == "DELETED":
+                        items.pop(key, None)
+                    else:
+                        items[key] = event.object
+                    if until(items):
+                        return items
+
+    try:
+        return await asyncio.wait_for(run(), timeout)
+    except TimeoutError:
+        raise TimeoutError(
+            f"{what or path}: not reached after {timeout:.0f}s. {explain(items)}"
+        ) from None

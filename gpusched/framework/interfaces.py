@@ -387,8 +387,8 @@ class Diagnosis:
     def message(self) -> str:
         if self.pre_filter_status is not None and not self.pre_filter_status.is_success():
             return f"0/{self.total_nodes} nodes are available: {self.pre_filter_status.message()}."
-        parts = sorted(self.reasons.items(), key=lambda kv: (-kv[1], kv[0]))
-        body = ", ".join(f"{n} {r}" for r, n in parts)
+        # kube-scheduler's sortReasonsHistogram: the "<count> <reason>" strings sorted.
+        body = ", ".join(sorted(f"{n} {r}" for r, n in self.reasons.items()))
         return (
             f"0/{self.total_nodes} nodes are available: {body}."
             if body

@@ -1,6 +1,8 @@
 """Workloads as users write them: kube-controller-manager turns a Deployment and a Job with
 `schedulerName: ai-scheduler` into pods, gpusched binds them, KWOK runs them; deleting the
-Deployment garbage-collects its pods. Waits by watching, never by sleeping."""
+Deployment garbage-collects its pods. A CronJob makes Jobs, a finished Job with a TTL is
+deleted, a PodGroup is protected while a pod names it. Waits by watching, never by
+sleeping."""
 
 from __future__ import annotations
 
@@ -12,9 +14,17 @@ from typing import Any
 
 import pytest
 
-from gpusched.devcluster import LocalCluster
-from gpusched.devcluster.testkit import PAUSE_IMAGE
-from gpusched.kube import JSON, Kube, has_condition, pod_path, wait_for
+from gpusched.devcluster import ClusterOptions, LocalCluster
+from gpusched.devcluster.testkit import PAUSE_IMAGE, pod_manifest, watch_items
+from gpusched.kube import (
+    JSON,
+    Kube,
+    create_namespace,
+    has_condition,
+    pod_path,
+    wait_for,
+    wait_for_deletion,
+)
 from gpusched.model import keys
 from tests.integration.daemon_support import (
     node_pool,
@@ -23,6 +33,7 @@ from tests.integration.daemon_support import (
     pool_node,
     pool_specs,
     running_daemon,
+    started_cluster,
 )
 
 pytestmark = pytest.mark.integration
@@ -199,3 +210,117 @@ async def test_deployment_and_job_pods_are_created_bound_and_collected(
             query=[("propagationPolicy", "Background")],
         )
         await watch_pods(kube, namespace, "app=train", lambda pods: not pods)
+
+
+CRONJOBS = "/apis/batch/v1/namespaces/{namespace}/cronjobs"
+
+
+def _key(obj: JSON) -> str:
+    return f"{obj['metadata']['namespace']}/{obj['metadata']['name']}"
+
+
+async def test_a_cronjob_makes_jobs_and_a_finished_job_with_a_ttl_is_deleted(
+    cluster: LocalCluster, kube: Kube, namespace: str
+) -> None:
+    """cronjob-controller: a CronJob due every minute creates a Job (owned by it) whose pod
+    gpusched binds. ttl-after-finished-controller: a Job with ttlSecondsAfterFinished 0 is
+    deleted once it completes (nothing else here deletes Jobs)."""
+    pool = pool_name()
+    nodes = [pool_node(s, pool) for s in pool_specs(pool, 1)]
+    names = {n["metadata"]["name"] for n in nodes}
+    stream = io.StringIO()
+    async with node_pool(kube, nodes), running_daemon(cluster.kubeconfig, stream):
+        done = job("done", pool, 1)
+        done["spec"]["ttlSecondsAfterFinished"] = 0
+        await kube.post(JOBS.format(namespace=namespace), done)
+        nightly = job("nightly", pool, 1)
+        cron = {
+            "apiVersion": "batch/v1",
+            "kind": "CronJob",
+            "metadata": {"name": "nightly"},
+            "spec": {
+                # Every minute: the first run comes at the next minute boundary, within 60 s.
+                "schedule": "* * * * *",
+                "concurrencyPolicy": "Forbid",
+                "jobTemplate": {"spec": nightly["spec"]},
+            },
+        }
+        await kube.post(CRONJOBS.format(namespace=namespace), cron)
+
+        completed: set[str] = set()
+        done_key = f"{namespace}/done"
+
+        def ttl_job_gone(jobs: dict[str, JSON]) -> bool:
+            completed.update(k for k, j in jobs.items() if has_condition(j, "Complete"))
+            return done_key in completed and done_key not in jobs
+
+        # The watch delivers a Job's changes in order: Complete is seen before DELETED.
+        await watch_items(kube, JOBS.format(namespace=namespace), ttl_job_gone, timeout=60)
+
+        def cron_job(jobs: dict[str, JSON]) -> bool:
+            return any(
+                (j["metadata"].get("ownerReferences") or [{}])[0].get("kind") == "CronJob"
+                for j in jobs.values()
+            )
+
+        jobs = await watch_items(kube, JOBS.format(namespace=namespace), cron_job, timeout=90)
+        made = next(j for j in jobs.values() if cron_job({_key(j): j}))
+        assert made["metadata"]["name"].startswith("nightly-")
+        assert made["metadata"]["ownerReferences"][0]["name"] == "nightly"
+        # The Job's pod: bound by gpusched to the pool, run (and completed) by KWOK.
+        selector = f"batch.kubernetes.io/job-name={made['metadata']['name']}"
+        pods = await watch_pods(
+            kube, namespace, selector, placed_on(names, 1, ("Running", "Succeeded"))
+        )
+        assert all(keys.GPU_IDS in p["metadata"]["annotations"] for p in pods.values())
+        cronjob = await kube.get(f"{CRONJOBS.format(namespace=namespace)}/nightly")
+        assert cronjob["status"].get("lastScheduleTime")
+        # Stop it before the namespace goes (the next run would race the deletion).
+        await kube.delete(
+            f"{CRONJOBS.format(namespace=namespace)}/nightly",
+            query=[("propagationPolicy", "Background")],
+        )
+        await watch_pods(kube, namespace, "app=nightly", lambda pods: not pods)
+
+
+PODGROUPS = "/apis/scheduling.k8s.io/v1alpha2/namespaces/{namespace}/podgroups"
+GANG_GATES = (
+    "--feature-gates=GenericWorkload=true",
+    "--runtime-config=scheduling.k8s.io/v1alpha2=true",
+)
+
+
+def test_podgroup_protection_keeps_a_podgroup_while_a_pod_names_it() -> None:
+    """podgroup-protection-controller, on a cluster with the GenericWorkload gate (the
+    controller manager gets the apiserver's gates): a PodGroup deleted while a pod names it
+    stays (Terminating) until the pod is gone, then the controller lets it go."""
+    options = ClusterOptions(attached=True, kube_scheduler=False, apiserver_args=GANG_GATES)
+    with started_cluster(options) as local:
+        asyncio.run(_podgroup_protection(local))
+
+
+async def _podgroup_protection(local: LocalCluster) -> None:
+    async with await Kube.connect(local.kubeconfig) as kube:
+        await create_namespace(kube, "gang")
+        groups = PODGROUPS.format(namespace="gang")
+        group = {
+            "apiVersion": "scheduling.k8s.io/v1alpha2",
+            "kind": "PodGroup",
+            "metadata": {"name": "g"},
+            "spec": {"schedulingPolicy": {"gang": {"minCount": 1}}},
+        }
+        await kube.post(groups, group)
+        member = pod_manifest("member", scheduler_name="nobody-schedules-this")
+        member["spec"]["schedulingGroup"] = {"podGroupName": "g"}
+        await kube.post(pod_path("gang"), member)
+        await kube.delete(f"{groups}/g")
+        held = await wait_for(
+            kube,
+            groups,
+            "g",
+            lambda g: bool(g["metadata"].get("deletionTimestamp")),
+            what="the PodGroup Terminating",
+        )
+        assert held["metadata"]["finalizers"] == ["scheduling.k8s.io/podgroup-protection"]
+        await kube.delete(pod_path("gang", "member"))
+        await wait_for_deletion(kube, groups, "g")

@@ -25,7 +25,7 @@ from gpusched.framework.interfaces import (
     Scores,
 )
 from gpusched.framework.snapshot import NO_CARD, NodeColumns
-from gpusched.framework.status import Code, Status
+from gpusched.framework.status import Status
 from gpusched.model.keys import GPU_RESOURCE
 from gpusched.model.node import FULL_CARD_MILLI
 from gpusched.model.pod import PodInfo
@@ -124,29 +124,11 @@ class NodeResourcesFit:
     # -- PreFilter / Filter ----------------------------------------------------------------
 
     def pre_filter(self, state: CycleState, pod: PodInfo) -> tuple[PreFilterResult | None, Status]:
-        req = PodRequests.of(pod, self.args)
-        state.write(STATE, req)
-        if req.other:
-            # A resource no node offers in the amount asked for: every node would say
-            # Insufficient, and preempting pods frees none of it.
-            missing = self._offered_nowhere(req.other)
-            if missing:
-                n = self.handle.snapshot.size
-                return None, Status(
-                    Code.UNSCHEDULABLE_AND_UNRESOLVABLE,
-                    tuple(f"{n} Insufficient {name}" for name in missing),
-                )
+        # No whole-pod rejection even for a resource no node offers: kube-scheduler lets each
+        # node say "Insufficient <name>" (unresolvable there) in Filter, after the Filters
+        # before it, and the FailedScheduling counts follow that order.
+        state.write(STATE, PodRequests.of(pod, self.args))
         return None, Status()
-
-    def _offered_nowhere(self, other: tuple[tuple[str, int], ...]) -> list[str]:
-        snap = self.handle.snapshot
-        valid = snap.node_valid
-        out: list[str] = []
-        for name, amount in other:
-            col = snap.other_column(name)
-            if col < 0 or not bool(np.any(valid & (snap.node_other_alloc[:, col] >= amount))):
-                out.append(name)
-        return out
 
     def _requests(self, state: CycleState, pod: PodInfo) -> PodRequests:
         got = state.get(STATE)

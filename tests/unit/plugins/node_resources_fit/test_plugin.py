@@ -16,7 +16,6 @@ from gpusched.framework import (
     PreScorePlugin,
     ScorePlugin,
 )
-from gpusched.framework.status import Code
 from gpusched.model.pod import PodRequest, pod_from_k8s
 from gpusched.plugins.node_resources_fit import (
     NodeResourcesFit,
@@ -81,11 +80,11 @@ def test_filter_reasons_in_kube_order() -> None:
     unresolvable = {snap.names[r] for r in np.flatnonzero(res.unresolvable)}
     assert unresolvable == {"small-cpu", "small-mem", "small-both"}
     # The FailedScheduling message counts a node under each of its reasons, as kube does:
-    # "0/5 nodes are available: 2 Insufficient cpu, 2 Insufficient memory, 1 Too many pods."
+    # its "<count> <reason>" strings sorted as strings (sortReasonsHistogram).
     diagnosis = Diagnosis(snap.size)
     diagnosis.record(mask, res, plugin.name)
     assert diagnosis.message() == (
-        "0/5 nodes are available: 2 Insufficient cpu, 2 Insufficient memory, 1 Too many pods."
+        "0/5 nodes are available: 1 Too many pods, 2 Insufficient cpu, 2 Insufficient memory."
     )
 
 
@@ -317,17 +316,27 @@ def test_filter_checks_each_other_resource_with_kube_reasons() -> None:
 
 
 def test_a_resource_no_node_offers_is_unschedulable_and_unresolvable() -> None:
+    # As kube-scheduler: no whole-pod PreFilter verdict, each node says it in Filter (so
+    # nodes an earlier Filter rejected are counted under that Filter's reason).
     snap = snapshot(node("a", other={"rdma/hca": 1}), node("b"))
     plugin = fit(snap)
+    mask = all_rows(snap)
     for p, missing in (
         (_other_pod({"example.com/fpga": 1}), "example.com/fpga"),
         (_other_pod({"rdma/hca": 2}), "rdma/hca"),  # offered, but never this many
     ):
-        _, st = plugin.pre_filter(CycleState(), p)
-        assert st.code is Code.UNSCHEDULABLE_AND_UNRESOLVABLE
-        assert st.reasons == (f"2 Insufficient {missing}",)
-    _, st = plugin.pre_filter(CycleState(), _other_pod({"rdma/hca": 1}))
-    assert st.is_success()
+        state = CycleState()
+        _, st = plugin.pre_filter(state, p)
+        assert st.is_success()
+        res = plugin.filter(state, p, mask)
+        reason = f"Insufficient {missing}"
+        assert reasons_by_node(snap, mask, res) == {"a": reason, "b": reason}
+        assert isinstance(res.unresolvable, np.ndarray)
+        assert sorted(snap.names_of(np.flatnonzero(res.unresolvable))) == ["a", "b"]
+    state = CycleState()
+    one = _other_pod({"rdma/hca": 1})
+    plugin.pre_filter(state, one)
+    assert passing(snap, plugin.filter(state, one, mask)) == ["a"]
 
 
 def test_ignored_resources_and_groups_skip_extended_resources_only() -> None:
@@ -343,8 +352,10 @@ def test_ignored_resources_and_groups_skip_extended_resources_only() -> None:
     assert passing(snap, plugin.filter(state, p, all_rows(snap))) == ["a"]
     # A native resource is never ignored, whatever the group says.
     native = fit(snap, NodeResourcesFitArgs(ignored_resources=("ephemeral-storage",)))
-    _, st = native.pre_filter(CycleState(), _other_pod({"ephemeral-storage": 1}))
-    assert st.code is Code.UNSCHEDULABLE_AND_UNRESOLVABLE
+    scratch = _other_pod({"ephemeral-storage": 1})
+    state = CycleState()
+    native.pre_filter(state, scratch)
+    assert passing(snap, native.filter(state, scratch, all_rows(snap))) == []
     assert NodeResourcesFitArgs(ignored_resource_groups=("a/b",)).validate()[0][0] == (
         "ignoredResourceGroups[0]"
     )
@@ -364,5 +375,9 @@ def test_other_resources_through_the_scheduler_read_as_kube_scheduler_says_them(
     assert full.message == "0/2 nodes are available: 2 Insufficient rdma/hca."
     nowhere = s.submit(ai_pod("fpga", other=(("example.com/fpga", 1),)))
     assert nowhere.result is Result.UNSCHEDULABLE
-    assert nowhere.status.code is Code.UNSCHEDULABLE_AND_UNRESOLVABLE
     assert nowhere.message == "0/2 nodes are available: 2 Insufficient example.com/fpga."
+    # Every node said it unresolvably: preemption is not tried on any (kube-scheduler's
+    # "2 Preemption is not helpful for scheduling").
+    assert nowhere.diagnosis is not None
+    rows = nowhere.diagnosis.unresolvable_rows
+    assert rows is not None and int(np.count_nonzero(rows)) == 2
