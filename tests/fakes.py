@@ -64,6 +64,11 @@ class FakeHandle:
     def used_host_ports(self) -> Mapping[str, UsedPorts]:
         return self.ports
 
+    def count_pods_by_node(
+        self, namespace: str, match: Callable[[PodInfo], bool]
+    ) -> Mapping[str, int]:
+        return {}
+
 
 # --- the Lease API and a clock (leader election) -----------------------------------------
 

@@ -37,3 +37,8 @@ class SchedulerHandle:
 
     def used_host_ports(self) -> Mapping[str, UsedPorts]:
         return self.cache.used_host_ports()
+
+    def count_pods_by_node(
+        self, namespace: str, match: Callable[[PodInfo], bool]
+    ) -> Mapping[str, int]:
+        return self.cache.count_pods_by_node(namespace, match)

@@ -12,7 +12,7 @@ and PostBind are coroutines that run in the binding cycle.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import ClassVar, Protocol, runtime_checkable
 
@@ -115,6 +115,13 @@ class Handle(Protocol):
     def used_host_ports(self) -> Mapping[str, UsedPorts]:
         """Host ports taken by pods (bound or assumed), only for nodes where any is: node
         name -> (protocol, port) -> host IP -> number of pods."""
+        ...
+
+    def count_pods_by_node(
+        self, namespace: str, match: Callable[[PodInfo], bool]
+    ) -> Mapping[str, int]:
+        """Pods (bound or assumed) of `namespace` for which `match` holds, counted per node
+        name (nodes without one are absent); visits only that namespace's pods."""
         ...
 
 

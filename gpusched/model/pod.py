@@ -126,6 +126,12 @@ class PodInfo:
     resource_claims: tuple[str, ...] = ()
     # Host ports the pod takes on its node (NodePorts), kube's GetHostPorts.
     host_ports: tuple[HostPort, ...] = ()
+    # spec.topologySpreadConstraints as raw dicts (PodTopologySpread parses and validates).
+    topology_spread_constraints: tuple[Mapping[str, Any], ...] = ()
+    # The controller ownerReference (controller: true) as (kind, uid), ("", "") without
+    # one: PodTopologySpread's default constraints apply to pods of a ReplicaSet,
+    # StatefulSet or ReplicationController.
+    controller: tuple[str, str] = ("", "")
 
     @property
     def job_key(self) -> str:
@@ -407,6 +413,14 @@ def host_ports(spec: Mapping[str, Any]) -> tuple[HostPort, ...]:
     return tuple(out)
 
 
+def controller_ref(meta: Mapping[str, Any]) -> tuple[str, str]:
+    """metav1.GetControllerOf: the ownerReference with controller: true, as (kind, uid)."""
+    for ref in _dicts(meta.get("ownerReferences")):
+        if ref.get("controller") is True:
+            return str(ref.get("kind") or ""), str(ref.get("uid") or "")
+    return "", ""
+
+
 def pod_from_k8s(obj: Mapping[str, Any]) -> PodInfo:
     meta = _resource_list(obj.get("metadata"))
     spec = _resource_list(obj.get("spec"))
@@ -524,4 +538,6 @@ def pod_from_k8s(obj: Mapping[str, Any]) -> PodInfo:
         scheduling_gates=_scheduling_gates(spec),
         resource_claims=_resource_claims(spec),
         host_ports=host_ports(spec),
+        topology_spread_constraints=tuple(_dicts(spec.get("topologySpreadConstraints"))),
+        controller=controller_ref(meta),
     )

@@ -18,6 +18,7 @@ from gpusched.plugins.node_name import NodeName
 from gpusched.plugins.node_ports import NodePorts
 from gpusched.plugins.node_resources_fit import NodeResourcesFit
 from gpusched.plugins.node_unschedulable import NodeUnschedulable
+from gpusched.plugins.pod_topology_spread import PodTopologySpread
 from gpusched.plugins.priority_sort import PrioritySort
 from gpusched.plugins.random_score import RandomScore
 from gpusched.plugins.scheduling_gates import SchedulingGates
@@ -34,6 +35,7 @@ BUILTIN = (
     DynamicResources,
     TaintToleration,
     NodeAffinity,
+    PodTopologySpread,
     GPUFit,
     GPUFragmentation,
     Thermal,

@@ -153,6 +153,8 @@ class ClusterCache:
         # Host ports in use per node (NodePorts), only nodes where a pod holds one, kept
         # with `_by_node` so the filter reads a few nodes, never every pod.
         self._ports: dict[str, dict[tuple[str, int], Counter[str]]] = {}
+        # Pod uids by namespace (PodTopologySpread counts the pods of one namespace).
+        self._by_namespace: dict[str, set[str]] = {}
         self.stats = CacheStats()
         # Told of every pod charged conservatively (core/events.py forwards it to the daemon,
         # which writes a Warning Event); the message names the pod, the fault and the charge.
@@ -192,6 +194,7 @@ class ClusterCache:
         entry.held = tuple(alloc.cards)
         self.pods[pod.uid] = entry
         self._by_node.setdefault(alloc.node, set()).add(pod.uid)
+        self._by_namespace.setdefault(pod.namespace, set()).add(pod.uid)
         self._ports_add(pod, alloc.node, 1)
         self._take(entry, alloc)
 
@@ -218,6 +221,7 @@ class ClusterCache:
             entry = PodEntry(pod, None, node=pod.node_name, first=claim, claim=claim)
             self.pods[pod.uid] = entry
             self._by_node.setdefault(pod.node_name, set()).add(pod.uid)
+            self._by_namespace.setdefault(pod.namespace, set()).add(pod.uid)
             self._ports_add(pod, pod.node_name, 1)
         else:
             if entry.pod.host_ports != pod.host_ports:  # immutable in the API; kept exact
@@ -277,6 +281,17 @@ class ClusterCache:
     def used_host_ports(self) -> Mapping[str, UsedPorts]:
         return self._ports
 
+    def count_pods_by_node(
+        self, namespace: str, match: Callable[[PodInfo], bool]
+    ) -> dict[str, int]:
+        out: dict[str, int] = {}
+        pods = self.pods
+        for uid in self._by_namespace.get(namespace, ()):
+            entry = pods[uid]
+            if match(entry.pod):
+                out[entry.node] = out.get(entry.node, 0) + 1
+        return out
+
     def allocations(self) -> Iterable[PodEntry]:
         return self.pods.values()
 
@@ -331,6 +346,11 @@ class ClusterCache:
             members.discard(uid)
             if not members:
                 del self._by_node[node]
+        same_ns = self._by_namespace.get(entry.pod.namespace)
+        if same_ns is not None:
+            same_ns.discard(uid)
+            if not same_ns:
+                del self._by_namespace[entry.pod.namespace]
         self._ports_add(entry.pod, node, -1)
         self._uncharge(entry)
 

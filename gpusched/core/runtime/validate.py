@@ -7,7 +7,7 @@ a profile it cannot run, and a plugin constructor may reject its args.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 import numpy as np
 
@@ -57,6 +57,11 @@ class _StubHandle:
         return np.empty(0, np.intp)
 
     def used_host_ports(self) -> Mapping[str, UsedPorts]:
+        return {}
+
+    def count_pods_by_node(
+        self, namespace: str, match: Callable[[PodInfo], bool]
+    ) -> Mapping[str, int]:
         return {}
 
 
