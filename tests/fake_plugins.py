@@ -186,6 +186,7 @@ DEFAULT_FAKES = (
     fake("SchedulingGates", P.PRE_ENQUEUE),
     fake("NodeName", P.FILTER),
     fake("NodePorts", P.PRE_FILTER, P.FILTER),
+    fake("PodTopologySpread", P.PRE_FILTER, P.FILTER, P.PRE_SCORE, P.SCORE),
     fake("DynamicResources", P.PRE_FILTER),
     fake("TaintToleration", P.FILTER),
     fake("Thermal", P.FILTER, P.SCORE, args=ThermalArgs),

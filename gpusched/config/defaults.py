@@ -48,13 +48,18 @@ def _refs(*names: str) -> tuple[PluginRef, ...]:
 
 # The `ai-scheduler` profile. Score weights are the seed article's alpha, beta, gamma:
 # fragmentation first, thermal headroom next, network locality last.
-# SchedulingGates, NodeName and NodePorts as in kube-scheduler's default profile;
-# DynamicResources refuses pods with DRA claims until gpusched allocates them.
+# SchedulingGates, NodeName, NodePorts and PodTopologySpread as in kube-scheduler's default
+# profile; DynamicResources refuses pods with DRA claims until gpusched allocates them.
 DEFAULT_PLUGINS: Mapping[Point, tuple[PluginRef, ...]] = {
     Point.PRE_ENQUEUE: _refs("SchedulingGates"),
     Point.QUEUE_SORT: _refs("PrioritySort"),
     Point.PRE_FILTER: _refs(
-        "NodeResourcesFit", "NodeAffinity", "NodePorts", "DynamicResources", "GPUFit"
+        "NodeResourcesFit",
+        "NodeAffinity",
+        "NodePorts",
+        "PodTopologySpread",
+        "DynamicResources",
+        "GPUFit",
     ),
     Point.FILTER: _refs(
         "NodeUnschedulable",
@@ -63,10 +68,11 @@ DEFAULT_PLUGINS: Mapping[Point, tuple[PluginRef, ...]] = {
         "TaintToleration",
         "NodeAffinity",
         "NodePorts",
+        "PodTopologySpread",
         "GPUFit",
         "Thermal",
     ),
-    Point.PRE_SCORE: _refs("NetworkLocality"),
+    Point.PRE_SCORE: _refs("NetworkLocality", "PodTopologySpread"),
     # The seed article weights fragmentation 0.40, thermal 0.35, network 0.25. Measured in
     # the simulator (`gpusched simulate`, seeds 1-3), a 0.35 thermal score steers work off
     # warm-but-safe nodes and costs 0.7-2.6 points of GPU allocation and up to 6 points of
@@ -76,6 +82,11 @@ DEFAULT_PLUGINS: Mapping[Point, tuple[PluginRef, ...]] = {
         PluginRef("GPUFragmentation", 0.40),
         PluginRef("Thermal", 0.05),
         PluginRef("NetworkLocality", 0.25),
+        # kube-scheduler's default weight. It scores only pods with soft constraints of their
+        # own or in a ReplicaSet/StatefulSet/ReplicationController (PreScore skips the rest),
+        # so the FGD protocol, whose pods have neither, is unchanged (measured: the plugin's
+        # README).
+        PluginRef("PodTopologySpread", 2),
     ),
     Point.RESERVE: _refs("GPUFit"),
     Point.PRE_BIND: _refs("GPUFit"),

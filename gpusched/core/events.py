@@ -48,7 +48,16 @@ class ClusterEvents:
         if pod.node_name:
             # Bound, by us or any other scheduler: its usage counts, it is not ours to place.
             self.queue.delete(uid)
+            old = self.cache.get(uid)
+            before = None if old is None or old.assumed else old.pod
             self.cache.add_or_update_pod(pod)
+            if pod.terminal:
+                return
+            if before is None:
+                # A new bound pod, or ours confirmed: a spread may now be satisfied.
+                self.queue.move_all(ClusterEvent.ASSIGNED_POD_ADD, namespace=pod.namespace)
+            elif before.labels != pod.labels or before.deleting != pod.deleting:
+                self.queue.move_all(ClusterEvent.ASSIGNED_POD_UPDATE, namespace=pod.namespace)
             return
         if pod.scheduler_name not in self.profiles:
             return
@@ -75,7 +84,7 @@ class ClusterEvents:
             if wp is not None:
                 wp.reject("", f"pod {pod.key} was deleted")
         if entry is not None and entry.alloc is not None:
-            self.queue.move_all(ClusterEvent.ASSIGNED_POD_DELETE)
+            self.queue.move_all(ClusterEvent.ASSIGNED_POD_DELETE, namespace=pod.namespace)
 
     # -- nodes ------------------------------------------------------------------------------
 

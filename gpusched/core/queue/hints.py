@@ -27,7 +27,10 @@ class ClusterEvent(enum.Enum):
     NODE_UPDATE = "NodeUpdate"
     NODE_DELETE = "NodeDelete"
     ASSIGNED_POD_DELETE = "AssignedPodDelete"  # capacity freed
-    ASSIGNED_POD_ADD = "AssignedPodAdd"  # gangs and affinity may care
+    ASSIGNED_POD_ADD = "AssignedPodAdd"  # a pod bound (by anyone), or ours confirmed
+    # A bound pod's labels changed or it started terminating (it may stop matching a
+    # spread selector).
+    ASSIGNED_POD_UPDATE = "AssignedPodUpdate"
     POD_GROUP_CHANGE = "PodGroupChange"
     FLUSH = "UnschedulableTimeout"
 
@@ -58,6 +61,8 @@ PLUGIN_NODE_CHANGES: dict[str, NodeChange] = {
     "NodePorts": NodeChange.NONE,
     # The temperature is not node data (telemetry); more cards lower a pod's share of them.
     "Thermal": NodeChange.CARDS,
+    # A topology key's value (a watched label) or, with nodeTaintsPolicy Honor, a taint.
+    "PodTopologySpread": NodeChange.LABELS | NodeChange.TAINTS,
 }
 
 
@@ -72,10 +77,19 @@ NODE_ONLY = frozenset(
 POD_EVENTS = frozenset(
     {
         ClusterEvent.ASSIGNED_POD_ADD,
+        ClusterEvent.ASSIGNED_POD_UPDATE,
         ClusterEvent.ASSIGNED_POD_DELETE,
         ClusterEvent.POD_GROUP_CHANGE,
     }
 )
+# Filters another pod's arrival or relabelling may satisfy (more pods in the least crowded
+# domain raise the global minimum): only these wake on ASSIGNED_POD_ADD / _UPDATE, which
+# every bind emits, so a backlog rejected for capacity is not retried on every bind.
+POD_ADD_PLUGINS = frozenset({"PodTopologySpread"})
+# Filters that count only the pods of the rejected pod's own namespace.
+NAMESPACED = frozenset({"PodTopologySpread"})
+# Filters a node's deletion may satisfy (a domain holding the global minimum goes away).
+NODE_DELETE_PLUGINS = frozenset({"PodTopologySpread"})
 
 
 def node_update_may_help(rejected_by: frozenset[str], change: NodeChange) -> bool:
@@ -97,13 +111,26 @@ def may_help(
         return True
     if rejected_by and rejected_by <= POD_ONLY:
         return False
+    if event in (ClusterEvent.ASSIGNED_POD_ADD, ClusterEvent.ASSIGNED_POD_UPDATE):
+        return bool(rejected_by & POD_ADD_PLUGINS)
     if event is ClusterEvent.NODE_UPDATE:
         return node_update_may_help(rejected_by, change)
     if event in POD_EVENTS and rejected_by and rejected_by <= NODE_ONLY:
         # Another pod coming or going changes no node's labels, taints or cordon.
         return False
-    # Fewer nodes never make a pod fit.
-    return event is not ClusterEvent.NODE_DELETE
+    # Fewer nodes never make a pod fit, except one whose spread they skew.
+    return event is not ClusterEvent.NODE_DELETE or bool(rejected_by & NODE_DELETE_PLUGINS)
+
+
+def namespace_scoped(rejected_by: frozenset[str], event: ClusterEvent) -> bool:
+    """Whether pod event `event` helps a pod rejected by `rejected_by` only when the event's
+    pod is in its namespace: every rejecting plugin the event can help counts that
+    namespace's pods only (a NodeResourcesFit rejection is helped by a deletion anywhere)."""
+    if event in (ClusterEvent.ASSIGNED_POD_ADD, ClusterEvent.ASSIGNED_POD_UPDATE):
+        helped = rejected_by & POD_ADD_PLUGINS
+    else:
+        helped = rejected_by - NODE_ONLY
+    return bool(helped) and helped <= NAMESPACED
 
 
 def _cards_gained(old: tuple[Card, ...], new: tuple[Card, ...]) -> bool:

@@ -59,6 +59,7 @@ def test_minimal_document_is_the_default_profile(registry: Registry) -> None:
         PluginRef("GPUFragmentation", 0.40),
         PluginRef("Thermal", 0.05),
         PluginRef("NetworkLocality", 0.25),
+        PluginRef("PodTopologySpread", 2),
     )
     # Every plugin with an Args type gets its defaults filled in at load time.
     assert p.plugin_args == {"NodeResourcesFit": FitArgs(), "Thermal": ThermalArgs()}

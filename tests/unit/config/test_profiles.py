@@ -46,6 +46,7 @@ def test_enabled_naming_a_default_replaces_it_in_place(registry: Registry) -> No
         PluginRef("GPUFragmentation", 0.40),
         PluginRef("Thermal", 2.0),
         PluginRef("NetworkLocality", 0.25),
+        PluginRef("PodTopologySpread", 2),
     )
 
 
