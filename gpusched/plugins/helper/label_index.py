@@ -9,8 +9,9 @@ requirement is then one vector op over that column.
 
 Label-set ids are content-addressed and never reused within an epoch of the snapshot's
 interner (`NodeColumns.labelsets.epoch`), so columns never go stale; a freed id keeps an
-empty dict here (no row points at it). The plugin drops the whole index when the handle
-hands out a different Snapshot object or the epoch changes (ids renumbered).
+empty dict here (no row points at it). A plugin (NodeAffinity, PodTopologySpread) drops its
+whole index when the handle hands out a different Snapshot object or the epoch changes
+(ids renumbered).
 """
 
 from __future__ import annotations

@@ -6,8 +6,8 @@ so the best node gets 100.
 
 A pod's selector is parsed once per distinct (nodeSelector, nodeAffinity) signature; its
 label part becomes a bool table over the snapshot's label-set ids (computed with numpy
-from per-key label columns, see label_index.py) and a row's verdict is a gather through
-`node_labelset`. Only `metadata.name` matchFields need the row itself.
+from per-key label columns, see plugins/helper/label_index.py) and a row's verdict is a
+gather through `node_labelset`. Only `metadata.name` matchFields need the row itself.
 
 Label sets hold only the label keys something selects on (framework/snapshot.py): before
 reading them, every cycle declares the keys of the pod's selector and of addedAffinity
