@@ -10,8 +10,12 @@ thread (the loop keeps serving the watches meanwhile), before it asks for the Le
 
 from __future__ import annotations
 
+import dataclasses
+
 from gpusched.config import SchedulerConfig
 from gpusched.framework.registry import Registry
+from gpusched.model import keys
+from gpusched.model.pod import PodRequest
 from gpusched.sim.engine import Simulation
 from gpusched.sim.generator import generate_fleet, generate_workload
 
@@ -23,6 +27,27 @@ def warm_kernels(config: SchedulerConfig, registry: Registry) -> int:
     nothing but its own in-memory cluster."""
     fleet = generate_fleet(seed=1, racks=4, nodes_per_rack=2, racks_per_spine=2)
     pods = generate_workload(fleet, seed=1)[:WARM_PODS]
+    # A hard and a soft rack spread: PodTopologySpread's kernels (Filter and Score).
+    # First, while the cluster has room, so both reach Score.
+    spread = [
+        dataclasses.replace(
+            pods[0],
+            request=PodRequest(cpu_milli=100),
+            uid=f"warm-spread-{action}",
+            name=f"warm-spread-{action}",
+            labels={"app": "warm-spread"},
+            topology_spread_constraints=(
+                {
+                    "maxSkew": 1,
+                    "topologyKey": keys.RACK_LABEL,
+                    "whenUnsatisfiable": action,
+                    "labelSelector": {"matchLabels": {"app": "warm-spread"}},
+                },
+            ),
+        )
+        for action in ("DoNotSchedule", "ScheduleAnyway")
+    ]
+    pods = spread + pods
     placed = 0
     for profile in config.profiles:
         sim = Simulation(fleet.nodes, profile, registry, max_cards=config.max_cards_per_node)
