@@ -153,8 +153,8 @@ class ClusterCache:
         # Host ports in use per node (NodePorts), only nodes where a pod holds one, kept
         # with `_by_node` so the filter reads a few nodes, never every pod.
         self._ports: dict[str, dict[tuple[str, int], Counter[str]]] = {}
-        # Pod uids by namespace (PodTopologySpread counts the pods of one namespace).
-        self._by_namespace: dict[str, set[str]] = {}
+        # Entries by namespace and uid (PodTopologySpread counts the pods of one namespace).
+        self._by_namespace: dict[str, dict[str, PodEntry]] = {}
         self.stats = CacheStats()
         # Told of every pod charged conservatively (core/events.py forwards it to the daemon,
         # which writes a Warning Event); the message names the pod, the fault and the charge.
@@ -194,7 +194,7 @@ class ClusterCache:
         entry.held = tuple(alloc.cards)
         self.pods[pod.uid] = entry
         self._by_node.setdefault(alloc.node, set()).add(pod.uid)
-        self._by_namespace.setdefault(pod.namespace, set()).add(pod.uid)
+        self._by_namespace.setdefault(pod.namespace, {})[pod.uid] = entry
         self._ports_add(pod, alloc.node, 1)
         self._take(entry, alloc)
 
@@ -221,7 +221,7 @@ class ClusterCache:
             entry = PodEntry(pod, None, node=pod.node_name, first=claim, claim=claim)
             self.pods[pod.uid] = entry
             self._by_node.setdefault(pod.node_name, set()).add(pod.uid)
-            self._by_namespace.setdefault(pod.namespace, set()).add(pod.uid)
+            self._by_namespace.setdefault(pod.namespace, {})[pod.uid] = entry
             self._ports_add(pod, pod.node_name, 1)
         else:
             if entry.pod.host_ports != pod.host_ports:  # immutable in the API; kept exact
@@ -285,11 +285,10 @@ class ClusterCache:
         self, namespace: str, match: Callable[[PodInfo], bool]
     ) -> dict[str, int]:
         out: dict[str, int] = {}
-        pods = self.pods
-        for uid in self._by_namespace.get(namespace, ()):
-            entry = pods[uid]
+        for entry in self._by_namespace.get(namespace, {}).values():
             if match(entry.pod):
-                out[entry.node] = out.get(entry.node, 0) + 1
+                node = entry.node
+                out[node] = out.get(node, 0) + 1
         return out
 
     def allocations(self) -> Iterable[PodEntry]:
@@ -348,7 +347,7 @@ class ClusterCache:
                 del self._by_node[node]
         same_ns = self._by_namespace.get(entry.pod.namespace)
         if same_ns is not None:
-            same_ns.discard(uid)
+            same_ns.pop(uid, None)
             if not same_ns:
                 del self._by_namespace[entry.pod.namespace]
         self._ports_add(entry.pod, node, -1)

@@ -98,10 +98,26 @@ def _required_keys(req: Required) -> tuple[str, ...]:
 
 def _matcher(c: Constraint) -> Callable[[PodInfo], bool]:
     """kube's countPodsMatchSelector for one constraint (the namespace is the handle's):
-    terminating pods never count."""
+    terminating pods never count. Called once per pod of the namespace, so the usual
+    selector shapes (a controller, matchLabels) get a closure with no generic loop."""
     uid = c.controller_uid
     if uid:
-        return lambda p: not p.deleting and p.controller[1] == uid
+        return lambda p: p.controller[1] == uid and not p.deleting
+    reqs = c.selector.requirements
+    if all(r.op == "In" and len(r.values) == 1 for r in reqs):
+        pairs = tuple((r.key, next(iter(r.values))) for r in reqs)
+        if len(pairs) == 1:
+            ((key, value),) = pairs
+            return lambda p: p.labels.get(key) == value and not p.deleting
+
+        def labels_equal(p: PodInfo) -> bool:
+            labels = p.labels
+            for key, value in pairs:
+                if labels.get(key) != value:
+                    return False
+            return not p.deleting
+
+        return labels_equal
     selector = c.selector
     return lambda p: not p.deleting and selector.matches(p.labels)
 
