@@ -328,7 +328,9 @@ class PodTopologySpread:
         codes[:n][code == SPREAD_SKEW] = 1
         unresolved = np.zeros(len(candidates), np.bool_)
         unresolved[:n] = missing
-        return FilterResult(feasible, (REASON_MISSING_LABEL, REASON), codes, unresolved)
+        return FilterResult(
+            feasible, (REASON_MISSING_LABEL, REASON), codes, unresolvable=unresolved
+        )
 
     # -- PreScore / Score / NormalizeScore -------------------------------------------------
 
