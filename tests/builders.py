@@ -34,6 +34,14 @@ from gpusched.framework import FilterResult, Mask, Rows
 from gpusched.framework.registry import Registry
 from gpusched.model.node import Card, NodeModel, Taint
 from gpusched.model.pod import PodInfo, PodRequest
+from gpusched.model.volume import (
+    Claim,
+    NodeSelectorTerm,
+    PersistentVolume,
+    PodVolume,
+    Requirement,
+    StorageClass,
+)
 from gpusched.plugins import default_registry
 from gpusched.plugins.node_resources_fit import (
     NodeResourcesFitArgs,
@@ -147,9 +155,14 @@ def passing(snap: Snapshot, res: FilterResult) -> list[str]:
 
 
 def reasons_by_node(snap: Snapshot, candidates: Mask, res: FilterResult) -> dict[str, str]:
-    """node name -> the reason the filter gives for rejecting it."""
+    """node name -> the reason the filter gives for rejecting it (several, in the
+    filter's order and joined by ", ", when its result has `hits`)."""
     out: dict[str, str] = {}
     for row in np.flatnonzero(candidates & ~res.feasible):
+        if res.hits is not None:
+            held = [reason for i, reason in enumerate(res.reasons) if res.hits[i, row]]
+            out[snap.names[row]] = ", ".join(held)
+            continue
         code = 0 if res.codes is None else int(res.codes[row])
         out[snap.names[row]] = res.reasons[code]
     return out
@@ -997,3 +1010,86 @@ def config_documents(draw: st.DrawFn, registry: Registry) -> Any:
         else:
             parent.append(draw(_CONFIG_VALUES))
     return doc
+
+
+# --- storage (the volume plugins) --------------------------------------------------------
+
+HOSTNAME = "kubernetes.io/hostname"
+
+
+def on_nodes(*names: str) -> tuple[NodeSelectorTerm, ...]:
+    """A local volume's node affinity: kubernetes.io/hostname In names."""
+    return (NodeSelectorTerm((Requirement(HOSTNAME, "In", frozenset(names)),)),)
+
+
+def claim(
+    name: str,
+    sc: str = "local",
+    *,
+    size: int = GiB,
+    modes: tuple[str, ...] = ("ReadWriteOnce",),
+    **kw: Any,
+) -> Claim:
+    """A claim in namespace ns asking for `size` bytes of class `sc`."""
+    return Claim(
+        "ns",
+        name,
+        uid=f"uid-{name}",
+        resource_version="1",
+        storage_class=sc,
+        access_modes=modes,
+        request=size,
+        **kw,
+    )
+
+
+def bound_claim(name: str, pv_name: str, **kw: Any) -> Claim:
+    return claim(
+        name,
+        volume_name=pv_name,
+        phase="Bound",
+        annotations={"pv.kubernetes.io/bind-completed": "yes"},
+        **kw,
+    )
+
+
+def pv(
+    name: str,
+    sc: str = "local",
+    *,
+    size: int = GiB,
+    nodes: tuple[str, ...] = (),
+    modes: tuple[str, ...] = ("ReadWriteOnce",),
+    **kw: Any,
+) -> PersistentVolume:
+    """An Available volume of `size` bytes of class `sc`, on `nodes` (any node if none)."""
+    kw.setdefault("phase", "Available")
+    return PersistentVolume(
+        name,
+        uid=f"uid-{name}",
+        resource_version="1",
+        storage_class=sc,
+        capacity=size,
+        access_modes=modes,
+        node_affinity=on_nodes(*nodes) if nodes else None,
+        **kw,
+    )
+
+
+def storage_class(
+    name: str = "local",
+    provisioner: str = "kubernetes.io/no-provisioner",
+    *,
+    mode: str = "WaitForFirstConsumer",
+    **kw: Any,
+) -> StorageClass:
+    return StorageClass(name, provisioner, mode, **kw)
+
+
+def pvc_volume(claim_name: str, name: str = "data") -> PodVolume:
+    return PodVolume(name, claim_name)
+
+
+def host(name: str, **labels: str) -> NodeModel:
+    """A CPU node labelled with its hostname and `labels`."""
+    return node(name, labels={HOSTNAME: name, **labels})

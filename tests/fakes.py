@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import dataclasses
 import io
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -19,10 +20,13 @@ import orjson
 from gpusched.core.cache.snapshot import Snapshot
 from gpusched.framework import Rows, Status
 from gpusched.framework.interfaces import UsedPorts
+from gpusched.framework.status import Code
+from gpusched.framework.volumes import NO_VOLUMES, VolumePort
 from gpusched.kube.client import JSON, ApiError
 from gpusched.kube.lease import LeaderElector, micro_time
 from gpusched.kube.writer import ObjectRef
 from gpusched.model.pod import PodInfo
+from gpusched.model.volume import Claim, CSINode, PersistentVolume, StorageClass
 from gpusched.observability.logging import make_logger
 
 # --- the cluster writer and the handle ---------------------------------------------------
@@ -51,12 +55,14 @@ class FakeHandle:
     cluster: FakeCluster = field(default_factory=FakeCluster)
     t: float = 0.0
     ports: dict[str, UsedPorts] = field(default_factory=dict)
+    volumes: VolumePort = NO_VOLUMES
+    pods: dict[str, list[PodInfo]] = field(default_factory=dict)
 
     def now(self) -> float:
         return self.t
 
     def pods_on_node(self, node: str) -> Iterable[PodInfo]:
-        return ()
+        return self.pods.get(node, ())
 
     def job_rows(self, job_key: str) -> Rows:
         return np.empty(0, np.intp)
@@ -67,7 +73,12 @@ class FakeHandle:
     def count_pods_by_node(
         self, namespace: str, match: Callable[[PodInfo], bool]
     ) -> Mapping[str, int]:
-        return {}
+        out: dict[str, int] = {}
+        for node, pods in self.pods.items():
+            n = sum(1 for p in pods if p.namespace == namespace and match(p))
+            if n:
+                out[node] = n
+        return out
 
 
 # --- the Lease API and a clock (leader election) -----------------------------------------
@@ -350,3 +361,77 @@ class FakeKube:
 
     async def post(self, path: str, body: object, **kw: Any) -> JSON:
         return await self.request("POST", path, body=body, **kw)
+
+
+# --- storage (the volume plugins' port) --------------------------------------------------
+
+
+@dataclass
+class FakeVolumes:
+    """An in-memory VolumePort: objects by key, writes recorded and applied (bumping the
+    resourceVersion, as the API server does), `refuse` makes every write fail."""
+
+    claims: dict[tuple[str, str], Claim] = field(default_factory=dict)
+    pvs: dict[str, PersistentVolume] = field(default_factory=dict)
+    classes: dict[str, StorageClass] = field(default_factory=dict)
+    csi: dict[str, CSINode] = field(default_factory=dict)
+    writes: list[str] = field(default_factory=list)
+    refuse: str = ""
+    _waiters: list[asyncio.Future[None]] = field(default_factory=list)
+
+    def add(self, *objs: Claim | PersistentVolume | StorageClass | CSINode) -> None:
+        for o in objs:
+            if isinstance(o, Claim):
+                self.claims[(o.namespace, o.name)] = o
+            elif isinstance(o, PersistentVolume):
+                self.pvs[o.name] = o
+            elif isinstance(o, StorageClass):
+                self.classes[o.name] = o
+            else:
+                self.csi[o.name] = o
+        for w in self._waiters:
+            if not w.done():
+                w.set_result(None)
+        self._waiters.clear()
+
+    def claim(self, namespace: str, name: str) -> Claim | None:
+        return self.claims.get((namespace, name))
+
+    def volume(self, name: str) -> PersistentVolume | None:
+        return self.pvs.get(name)
+
+    def volumes_of_class(self, storage_class: str) -> Iterable[PersistentVolume]:
+        return [pv for pv in self.pvs.values() if pv.storage_class == storage_class]
+
+    def storage_class(self, name: str) -> StorageClass | None:
+        return self.classes.get(name)
+
+    def csi_node(self, name: str) -> CSINode | None:
+        return self.csi.get(name)
+
+    async def bind_volume(
+        self, pv: PersistentVolume, claim: Claim
+    ) -> tuple[PersistentVolume | None, Status]:
+        self.writes.append(f"pv {pv.name} -> {claim.key}")
+        if self.refuse:
+            return None, Status(Code.ERROR, (self.refuse,))
+        written = dataclasses.replace(pv, resource_version=str(int(pv.resource_version) + 1))
+        self.add(written)
+        return written, Status()
+
+    async def select_node(self, claim: Claim, node: str) -> tuple[Claim | None, Status]:
+        self.writes.append(f"pvc {claim.key} selected-node {node}")
+        if self.refuse:
+            return None, Status(Code.ERROR, (self.refuse,))
+        written = dataclasses.replace(claim, resource_version=str(int(claim.resource_version) + 1))
+        self.add(written)
+        return written, Status()
+
+    async def changed(self, timeout: float) -> bool:  # noqa: ASYNC109
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        try:
+            await asyncio.wait_for(waiter, timeout)
+        except TimeoutError:
+            return False
+        return True

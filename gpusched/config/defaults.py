@@ -53,10 +53,16 @@ def _refs(*names: str) -> tuple[PluginRef, ...]:
 DEFAULT_PLUGINS: Mapping[Point, tuple[PluginRef, ...]] = {
     Point.PRE_ENQUEUE: _refs("SchedulingGates"),
     Point.QUEUE_SORT: _refs("PrioritySort"),
+    # The volume plugins (VolumeRestrictions, NodeVolumeLimits, VolumeBinding, VolumeZone)
+    # in kube-scheduler's order; each skips a pod without volumes at PreFilter.
     Point.PRE_FILTER: _refs(
         "NodeResourcesFit",
         "NodeAffinity",
         "NodePorts",
+        "VolumeRestrictions",
+        "NodeVolumeLimits",
+        "VolumeBinding",
+        "VolumeZone",
         "PodTopologySpread",
         "DynamicResources",
         "GPUFit",
@@ -68,6 +74,10 @@ DEFAULT_PLUGINS: Mapping[Point, tuple[PluginRef, ...]] = {
         "TaintToleration",
         "NodeAffinity",
         "NodePorts",
+        "VolumeRestrictions",
+        "NodeVolumeLimits",
+        "VolumeBinding",
+        "VolumeZone",
         "PodTopologySpread",
         "GPUFit",
         "Thermal",
@@ -88,8 +98,9 @@ DEFAULT_PLUGINS: Mapping[Point, tuple[PluginRef, ...]] = {
         # README).
         PluginRef("PodTopologySpread", 2),
     ),
-    Point.RESERVE: _refs("GPUFit"),
-    Point.PRE_BIND: _refs("GPUFit"),
+    # VolumeBinding binds the pod's claims before the pod (kube-scheduler's order).
+    Point.RESERVE: _refs("VolumeBinding", "GPUFit"),
+    Point.PRE_BIND: _refs("VolumeBinding", "GPUFit"),
     Point.BIND: _refs("DefaultBinder"),
 }
 

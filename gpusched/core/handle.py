@@ -7,16 +7,22 @@ from collections.abc import Callable, Iterable, Mapping
 from gpusched.core.cache.cache import ClusterCache
 from gpusched.core.cache.snapshot import Snapshot
 from gpusched.framework.interfaces import ClusterPort, Rows, UsedPorts
+from gpusched.framework.volumes import NO_VOLUMES, VolumePort
 from gpusched.model.pod import PodInfo
 
 
 class SchedulerHandle:
     def __init__(
-        self, cache: ClusterCache, cluster: ClusterPort, clock: Callable[[], float]
+        self,
+        cache: ClusterCache,
+        cluster: ClusterPort,
+        clock: Callable[[], float],
+        volumes: VolumePort = NO_VOLUMES,
     ) -> None:
         self.cache = cache
         self._cluster = cluster
         self._clock = clock
+        self._volumes = volumes
 
     @property
     def snapshot(self) -> Snapshot:
@@ -37,6 +43,10 @@ class SchedulerHandle:
 
     def used_host_ports(self) -> Mapping[str, UsedPorts]:
         return self.cache.used_host_ports()
+
+    @property
+    def volumes(self) -> VolumePort:
+        return self._volumes
 
     def count_pods_by_node(
         self, namespace: str, match: Callable[[PodInfo], bool]

@@ -37,7 +37,8 @@ from gpusched.core.cache.cache import ClusterCache
 from gpusched.core.cache.snapshot import Snapshot
 from gpusched.core.events import ClusterEvents
 from gpusched.core.handle import SchedulerHandle
-from gpusched.core.queue import QueuedPodInfo, SchedulingQueue
+from gpusched.core.queue import ClusterEvent, QueuedPodInfo, SchedulingQueue
+from gpusched.core.queue.hints import VOLUME_PLUGINS
 from gpusched.core.runtime.framework import Framework, pre_enqueue_of
 from gpusched.core.schedule_one import Result, ScheduleOne
 from gpusched.daemon.liveness import Liveness
@@ -46,10 +47,12 @@ from gpusched.daemon.tasks import Tasks
 from gpusched.daemon.warmup import warm_kernels
 from gpusched.framework.registry import Registry
 from gpusched.framework.status import Status
+from gpusched.framework.volumes import NO_VOLUMES
 from gpusched.kube import faults
 from gpusched.kube.client import JSON, ApiError, Kube
 from gpusched.kube.lease import KubeLeases, LeaderElector, default_identity
 from gpusched.kube.ops import pod_path
+from gpusched.kube.volumes import CLAIMS, CLASSES, CSI_NODES, VOLUMES, KubeVolumes
 from gpusched.kube.watch import Backoff, EventType, Reflector
 from gpusched.kube.writer import ClusterWriter, ObjectRef
 from gpusched.model.node import NodeModel, TopologyKeys, node_from_k8s
@@ -100,7 +103,20 @@ class Daemon:
         self.writer = ClusterWriter(
             kube, qps=cc.qps, burst=cc.burst, instance=self.options.instance
         )
-        self.handle = SchedulerHandle(self.cache, self.writer, clock)
+        # Claims, volumes, classes and CSINodes are watched only when a profile has a volume
+        # plugin (kube-scheduler's informers start only for the plugins that ask for them).
+        self.volumes: KubeVolumes | None = None
+        if any(VOLUME_PLUGINS.intersection(p.names()) for p in config.profiles):
+            self.volumes = KubeVolumes(
+                kube,
+                on_change=self._on_storage,
+                backoff=lambda: _backoff(config.watch),
+                watch_timeout=config.watch.timeout_seconds,
+                read_timeout=config.watch.read_timeout_seconds,
+            )
+        self.handle = SchedulerHandle(
+            self.cache, self.writer, clock, volumes=self.volumes or NO_VOLUMES
+        )
         # One framework per profile; a pod goes to the one named by its schedulerName.
         self.frameworks: dict[str, Framework] = {
             p.scheduler_name: Framework(p, registry, self.handle, seed=config.tie_break_seed)
@@ -141,7 +157,7 @@ class Daemon:
         )
         # /healthz: the watches progress and the loop is not wedged (daemon/liveness.py).
         self.liveness = Liveness(
-            [self.node_watch, self.pod_watch],
+            [self.node_watch, self.pod_watch, *(self.volumes.reflectors if self.volumes else ())],
             lambda: len(self.queue.active),
             watch_stall=config.liveness.watch_stall_seconds,
             loop_stall=config.liveness.loop_stall_seconds,
@@ -229,13 +245,19 @@ class Daemon:
             asyncio.create_task(self.node_watch.run(), name="watch nodes"),
             asyncio.create_task(self.pod_watch.run(), name="watch pods"),
         ]
+        for reflector in self.volumes.reflectors if self.volumes else ():
+            background.append(asyncio.create_task(reflector.run(), name=f"watch {reflector.name}"))
         loop_task: asyncio.Task[None] | None = None
         elector_task: asyncio.Task[None] | None = None
         try:
             # Nodes first, so the pods of the first list find their rows; both before the
             # first attempt, so a restarted scheduler sees every card in use before it
             # hands one out (kube-scheduler's WaitForCacheSync).
-            synced = asyncio.gather(self.node_watch.synced.wait(), self.pod_watch.synced.wait())
+            synced = asyncio.gather(
+                self.node_watch.synced.wait(),
+                self.pod_watch.synced.wait(),
+                *([self.volumes.wait_synced()] if self.volumes else []),
+            )
             stop = asyncio.ensure_future(self._stop.wait())
             waiters: set[asyncio.Future[Any]] = {synced, stop}
             await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
@@ -485,6 +507,12 @@ class Daemon:
             f"report {pod.key}",
         )
 
+    def _on_storage(self, kind: str) -> None:
+        """A claim, volume, class or CSINode added or updated: wake the pods a volume plugin
+        rejected (core/queue/hints.py)."""
+        self.metrics.watch_events.labels(kind).inc()
+        self.queue.move_all(_STORAGE_EVENTS[kind])
+
     def _on_pod(self, kind: EventType, pod: PodInfo) -> None:
         self.metrics.watch_events.labels("pods").inc()
         if kind is EventType.DELETED:
@@ -534,6 +562,14 @@ class Daemon:
 # kube's PodScheduled condition for a gated pod (pkg/registry/core/pod/strategy.go).
 SCHEDULING_GATED = "SchedulingGated"
 SCHEDULING_GATED_MESSAGE = "Scheduling is blocked due to non-empty scheduling gates"
+
+
+_STORAGE_EVENTS = {
+    CLAIMS: ClusterEvent.PVC_CHANGE,
+    VOLUMES: ClusterEvent.PV_CHANGE,
+    CLASSES: ClusterEvent.STORAGE_CLASS_CHANGE,
+    CSI_NODES: ClusterEvent.CSI_NODE_CHANGE,
+}
 
 
 def _node(raw: JSON, topo: TopologyKeys) -> NodeModel:

@@ -22,6 +22,7 @@ from numpy.typing import NDArray
 from gpusched.framework.cycle_state import CycleState, StateKey
 from gpusched.framework.snapshot import NodeColumns
 from gpusched.framework.status import Status
+from gpusched.framework.volumes import VolumePort
 from gpusched.model.pod import PodInfo
 
 MAX_NODE_SCORE = 100.0
@@ -41,15 +42,18 @@ class FilterResult:
     `feasible` may be the candidates array itself when every candidate passes: the runtime
     never writes into either, and skips the rejection count for it.
     `reasons[codes[row]]` explains a rejected row; without `codes` every rejected row gets
-    `reasons[0]`. `unresolvable` rows cannot be fixed by preempting pods (a taint, a missing
-    GPU model), the others maybe can (not enough free cards): True for every rejected row,
-    or a mask of the rows it holds for.
+    `reasons[0]`. With `hits` (one row mask per reason) a rejected row counts under every
+    reason that holds for it instead, as kube-scheduler counts a node whose Filter status
+    has several reasons ("Insufficient cpu" and "Insufficient memory"). `unresolvable` rows
+    cannot be fixed by preempting pods (a taint, a missing GPU model), the others maybe can
+    (not enough free cards): True for every rejected row, or a mask of the rows it holds for.
     """
 
     feasible: Mask
     reasons: tuple[str, ...] = ()
     codes: NDArray[np.int8] | None = None
     unresolvable: bool | Mask = False
+    hits: NDArray[np.bool_] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +120,10 @@ class Handle(Protocol):
         """Host ports taken by pods (bound or assumed), only for nodes where any is: node
         name -> (protocol, port) -> host IP -> number of pods."""
         ...
+
+    @property
+    def volumes(self) -> VolumePort:
+        """Claims, volumes, storage classes and CSINodes (framework/volumes.py)."""
 
     def count_pods_by_node(
         self, namespace: str, match: Callable[[PodInfo], bool]
@@ -313,13 +321,15 @@ class Diagnosis:
             n = int(np.count_nonzero(rejected))
             if not n or not res.reasons:
                 continue
-            if res.codes is None:
-                reasons[res.reasons[0]] = reasons.get(res.reasons[0], 0) + n
-            else:
+            if res.hits is not None:
+                counts = np.count_nonzero(res.hits[:, rejected], axis=1)
+            elif res.codes is not None:
                 counts = np.bincount(res.codes[rejected], minlength=len(res.reasons))
-                for i, reason in enumerate(res.reasons):
-                    if counts[i]:
-                        reasons[reason] = reasons.get(reason, 0) + int(counts[i])
+            else:
+                counts = np.array([n])  # every rejected row under reasons[0]
+            for reason, count in zip(res.reasons, counts.tolist(), strict=False):
+                if count:
+                    reasons[reason] = reasons.get(reason, 0) + count
             if res.unresolvable is not False:
                 rows = rejected if res.unresolvable is True else rejected & res.unresolvable
                 unresolvable = rows if unresolvable is None else unresolvable | rows

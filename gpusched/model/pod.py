@@ -34,6 +34,7 @@ from typing import Any
 from gpusched.model import keys
 from gpusched.model.node import FULL_CARD_MILLI
 from gpusched.model.quantity import QuantityError, QuantityRangeError, to_int, to_milli
+from gpusched.model.volume import PodVolume, pod_volumes
 
 
 class NVLink(enum.IntEnum):
@@ -126,6 +127,9 @@ class PodInfo:
     resource_claims: tuple[str, ...] = ()
     # Host ports the pod takes on its node (NodePorts), kube's GetHostPorts.
     host_ports: tuple[HostPort, ...] = ()
+    # Claims (persistentVolumeClaim, generic ephemeral) and in-tree disks the volume plugins
+    # read (model/volume.py); other volume types are left out.
+    volumes: tuple[PodVolume, ...] = ()
     # spec.topologySpreadConstraints as raw dicts (PodTopologySpread parses and validates).
     topology_spread_constraints: tuple[Mapping[str, Any], ...] = ()
     # The controller ownerReference (controller: true) as (kind, uid), ("", "") without
@@ -538,6 +542,7 @@ def pod_from_k8s(obj: Mapping[str, Any]) -> PodInfo:
         scheduling_gates=_scheduling_gates(spec),
         resource_claims=_resource_claims(spec),
         host_ports=host_ports(spec),
+        volumes=pod_volumes(spec, str(meta.get("name", ""))),
         topology_spread_constraints=tuple(_dicts(spec.get("topologySpreadConstraints"))),
         controller=controller_ref(meta),
     )

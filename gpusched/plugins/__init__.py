@@ -18,12 +18,16 @@ from gpusched.plugins.node_name import NodeName
 from gpusched.plugins.node_ports import NodePorts
 from gpusched.plugins.node_resources_fit import NodeResourcesFit
 from gpusched.plugins.node_unschedulable import NodeUnschedulable
+from gpusched.plugins.node_volume_limits import NodeVolumeLimits
 from gpusched.plugins.pod_topology_spread import PodTopologySpread
 from gpusched.plugins.priority_sort import PrioritySort
 from gpusched.plugins.random_score import RandomScore
 from gpusched.plugins.scheduling_gates import SchedulingGates
 from gpusched.plugins.taint_toleration import TaintToleration
 from gpusched.plugins.thermal import Thermal
+from gpusched.plugins.volume_binding import VolumeBinding
+from gpusched.plugins.volume_restrictions import VolumeRestrictions
+from gpusched.plugins.volume_zone import VolumeZone
 
 BUILTIN = (
     PrioritySort,
@@ -35,6 +39,11 @@ BUILTIN = (
     DynamicResources,
     TaintToleration,
     NodeAffinity,
+    # kube-scheduler's volume plugins (they skip pods without volumes).
+    VolumeRestrictions,
+    NodeVolumeLimits,
+    VolumeBinding,
+    VolumeZone,
     PodTopologySpread,
     GPUFit,
     GPUFragmentation,

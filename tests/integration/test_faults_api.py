@@ -8,8 +8,14 @@ or whose node or cards changed, is a violation), and ends with the invariant che
 no violation, and every pod that fits bound.
 
 The file starts its own control plane (etcd and kube-apiserver only: no KWOK, no
-kube-scheduler; the daemon needs no Ready condition), since it restarts kube-apiserver and
-changes its flags, which would disturb the session cluster's other tests.
+kube-scheduler, no kube-controller-manager; the daemon needs no Ready condition), since it
+restarts kube-apiserver and changes its flags, which would disturb the session cluster's
+other tests. Without the controller manager nothing creates a namespace's `default`
+ServiceAccount, and the ServiceAccount admission plugin is off with it (ClusterOptions).
+That is deliberate: after the restarts here, client-go's reflectors in the controller
+manager back off up to 30 s with full jitter (up to 60 s) before they list again, so a new
+namespace could wait a minute for its ServiceAccount (it did once on CI); the controllers
+are not what these tests are about.
 
 Faults are injected with real parts: the kube-apiserver process restarted on its port; a
 TCP proxy (fault_support.TcpProxy) between the daemon's watches and the API server that
@@ -112,6 +118,7 @@ def api_cluster() -> Iterator[LocalCluster]:
     options = ClusterOptions(
         kwok=False,
         kube_scheduler=False,
+        controller_manager=False,
         apiserver_args=(f"--request-timeout={REQUEST_TIMEOUT}s",),
     )
     with started_cluster(options) as local:
@@ -127,7 +134,7 @@ async def api(api_cluster: LocalCluster) -> AsyncIterator[Kube]:
 @pytest.fixture
 async def ns(api: Kube, request: pytest.FixtureRequest) -> AsyncIterator[str]:
     name = f"f-{pool_name()}"
-    await create_namespace(api, name)
+    await create_namespace(api, name, wait_service_account=False)
     try:
         yield name
     finally:

@@ -12,6 +12,10 @@ costs an attempt each, on every node update.
 Only changes that can turn a rejection into a pass count: more allocatable, a card gained
 or healed, a taint removed, a node made schedulable. A plugin not in the table (out of
 tree, or new) is woken by any change, as is a pod whose rejection names no plugin.
+
+Storage events (a claim, volume, StorageClass or CSINode added or updated; the daemon
+watches them only when a profile has a volume plugin) wake only the pods a volume plugin
+rejected.
 """
 
 from __future__ import annotations
@@ -32,6 +36,12 @@ class ClusterEvent(enum.Enum):
     # spread selector).
     ASSIGNED_POD_UPDATE = "AssignedPodUpdate"
     POD_GROUP_CHANGE = "PodGroupChange"
+    # Storage added or updated (the daemon's watches, only when a profile uses a volume
+    # plugin): only pods a volume plugin rejected may care.
+    PVC_CHANGE = "PersistentVolumeClaimChange"
+    PV_CHANGE = "PersistentVolumeChange"
+    STORAGE_CLASS_CHANGE = "StorageClassChange"
+    CSI_NODE_CHANGE = "CSINodeChange"
     FLUSH = "UnschedulableTimeout"
 
 
@@ -61,18 +71,46 @@ PLUGIN_NODE_CHANGES: dict[str, NodeChange] = {
     "NodePorts": NodeChange.NONE,
     # The temperature is not node data (telemetry); more cards lower a pod's share of them.
     "Thermal": NodeChange.CARDS,
+    # Volume node affinity, allowedTopologies and zones are read from labels; the keys are
+    # declared watched at PreFilter, so their changes count as LABELS.
+    "VolumeBinding": NodeChange.LABELS,
+    "VolumeZone": NodeChange.LABELS,
+    # Claims in use and attach limits change with pods and CSINodes, not with a node update.
+    "VolumeRestrictions": NodeChange.NONE,
+    "NodeVolumeLimits": NodeChange.NONE,
     # A topology key's value (a watched label) or, with nodeTaintsPolicy Honor, a taint.
     "PodTopologySpread": NodeChange.LABELS | NodeChange.TAINTS,
 }
+
+VOLUME_PLUGINS = frozenset(
+    {"VolumeBinding", "VolumeZone", "VolumeRestrictions", "NodeVolumeLimits"}
+)
+VOLUME_EVENTS = frozenset(
+    {
+        ClusterEvent.PVC_CHANGE,
+        ClusterEvent.PV_CHANGE,
+        ClusterEvent.STORAGE_CLASS_CHANGE,
+        ClusterEvent.CSI_NODE_CHANGE,
+    }
+)
 
 
 # Rejections only the pod itself could lift (a malformed pod; DRA claims, which are
 # immutable): no cluster event wakes them, only the periodic flush.
 POD_ONLY = frozenset({INVALID_POD, "DynamicResources"})
 
-# Filters whose verdict depends on the node and the pod itself only, never on other pods.
+# Filters whose verdict depends on the node and the pod itself only, never on other pods
+# (the volume ones: on the node and the storage objects).
 NODE_ONLY = frozenset(
-    {"NodeAffinity", "TaintToleration", "NodeUnschedulable", "NodeName", INVALID_POD}
+    {
+        "NodeAffinity",
+        "TaintToleration",
+        "NodeUnschedulable",
+        "NodeName",
+        "VolumeBinding",
+        "VolumeZone",
+        INVALID_POD,
+    }
 )
 POD_EVENTS = frozenset(
     {
@@ -115,6 +153,10 @@ def may_help(
         return bool(rejected_by & POD_ADD_PLUGINS)
     if event is ClusterEvent.NODE_UPDATE:
         return node_update_may_help(rejected_by, change)
+    if event in VOLUME_EVENTS:
+        # A claim, volume, class or CSINode changing helps only a pod a volume plugin
+        # rejected (or one whose rejection names no plugin).
+        return not rejected_by or bool(rejected_by & VOLUME_PLUGINS)
     if event in POD_EVENTS and rejected_by and rejected_by <= NODE_ONLY:
         # Another pod coming or going changes no node's labels, taints or cordon.
         return False

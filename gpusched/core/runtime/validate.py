@@ -18,6 +18,7 @@ from gpusched.framework.interfaces import ClusterPort, Handle, Rows, UsedPorts
 from gpusched.framework.registry import Registry
 from gpusched.framework.snapshot import NodeColumns
 from gpusched.framework.status import Code, Status
+from gpusched.framework.volumes import NO_VOLUMES, VolumePort
 from gpusched.model.pod import PodInfo
 
 __all__ = ["validate_profiles"]
@@ -58,6 +59,10 @@ class _StubHandle:
 
     def used_host_ports(self) -> Mapping[str, UsedPorts]:
         return {}
+
+    @property
+    def volumes(self) -> VolumePort:
+        return NO_VOLUMES
 
     def count_pods_by_node(
         self, namespace: str, match: Callable[[PodInfo], bool]

@@ -28,8 +28,26 @@ MOST_ALLOCATED = "MostAllocated"
 REQUESTED_TO_CAPACITY_RATIO = "RequestedToCapacityRatio"
 STRATEGIES = (LEAST_ALLOCATED, MOST_ALLOCATED, REQUESTED_TO_CAPACITY_RATIO)
 
-# The resources the snapshot has columns for; naming another would silently score 0.
-SUPPORTED_RESOURCES = ("cpu", "memory", GPU_RESOURCE)
+# Resource names scoring understands besides extended ones ("example.com/fpga"): a name
+# outside these would never match a node's allocatable and silently score 0.
+NATIVE_SCORED = ("cpu", "memory", "ephemeral-storage", GPU_RESOURCE)
+
+
+def scorable(name: object) -> bool:
+    """cpu, memory, ephemeral-storage, hugepages-<size>, or an extended resource (a name
+    with a domain outside kubernetes.io): what kube-scheduler's scoring can read off a
+    node's allocatable."""
+    if not isinstance(name, str) or not name:
+        return False
+    return name in NATIVE_SCORED or name.startswith("hugepages-") or is_extended_resource(name)
+
+
+def is_extended_resource(name: str) -> bool:
+    """v1helper.IsExtendedResourceName, as far as names the API accepts go: a name with a
+    domain ("rdma/hca", "nvidia.com/mig-1g.10gb") outside kubernetes.io; ephemeral-storage
+    and hugepages-* are native."""
+    return "/" in name and "kubernetes.io/" not in name and not name.startswith("requests.")
+
 
 MAX_WEIGHT = 100  # kube-scheduler: resource weight in (0, 100]
 MAX_UTILIZATION = 100
@@ -133,12 +151,13 @@ class NodeResourcesFitArgs:
         seen: set[str] = set()
         for i, r in enumerate(s.resources):
             where = f"{base}.resources[{i}]"
-            if r.name not in SUPPORTED_RESOURCES:
+            if not scorable(r.name):
                 errs.append(
                     (
                         f"{where}.name",
                         f"unsupported resource {r.name!r}: supported: "
-                        + ", ".join(SUPPORTED_RESOURCES),
+                        + ", ".join(NATIVE_SCORED)
+                        + ", hugepages-<size> and extended resources (domain/name)",
                     )
                 )
             elif r.name in seen:

@@ -35,14 +35,14 @@ from gpusched.plugins.node_resources_fit.args import (
     MAX_UTILIZATION,
     MOST_ALLOCATED,
     NodeResourcesFitArgs,
+    is_extended_resource,
 )
 
-# Reasons in kube-scheduler's order (fitsRequest checks pods, then cpu, then memory); a row
-# failing several gets the first, as FilterResult carries one code per row.
+# Reasons in kube-scheduler's order (fitsRequest checks pods, then cpu, memory and the
+# others); a row failing several counts under each, as kube-scheduler counts it.
 REASON_PODS = "Too many pods"
 REASON_CPU = "Insufficient cpu"
 REASON_MEMORY = "Insufficient memory"
-REASONS = (REASON_PODS, REASON_CPU, REASON_MEMORY)
 EPHEMERAL_STORAGE = "ephemeral-storage"
 
 # pkg/scheduler/util: what scoring assumes a container without a request uses, so
@@ -52,13 +52,6 @@ DEFAULT_MILLI_CPU_REQUEST = 100
 DEFAULT_MEMORY_REQUEST = 200 * 1024 * 1024
 
 _MAX = int(MAX_NODE_SCORE)
-
-
-def is_extended_resource(name: str) -> bool:
-    """v1helper.IsExtendedResourceName, as far as names the API accepts go: a name with a
-    domain ("rdma/hca", "nvidia.com/mig-1g.10gb") outside kubernetes.io; ephemeral-storage
-    and hugepages-* are native."""
-    return "/" in name and "kubernetes.io/" not in name and not name.startswith("requests.")
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,54 +159,51 @@ class NodeResourcesFit:
         pods = snap.node_pods_free[:n] < 1
         # kube-scheduler skips a resource the pod does not request (so a zero-request pod
         # still fits a node that is over-committed on it).
-        cpu = snap.node_cpu_free[:n] < req.cpu_milli if req.cpu_milli > 0 else np.zeros(n, np.bool_)
-        mem = (
-            snap.node_mem_free[:n] < req.memory_bytes
-            if req.memory_bytes > 0
-            else np.zeros(n, np.bool_)
-        )
-        bad = pods | cpu | mem
-        if req.other:
-            return self._filter_other(req, snap, candidates, n, bad, pods, cpu)
+        cpu = snap.node_cpu_free[:n] < req.cpu_milli if req.cpu_milli > 0 else None
+        mem = snap.node_mem_free[:n] < req.memory_bytes if req.memory_bytes > 0 else None
+        bad = pods.copy()
+        for short in (cpu, mem):
+            if short is not None:
+                bad |= short
+        other = [self._short_of(snap, n, name, amount) for name, amount in req.other]
+        for _reason, short, _never in other:
+            bad |= short
         bad &= candidates
         if not bad.any():
             return FilterResult(candidates)
-        # First failing check wins: pods (0), else cpu (1), else memory (2).
-        codes = np.where(pods, 0, np.where(cpu, 1, 2)).astype(np.int8)
-        return FilterResult(candidates & ~bad, REASONS, codes)
+        # The rare path: every reason that holds for a row counts (kube-scheduler's status
+        # carries them all), and a request beyond the row's allocatable is unresolvable there
+        # (InsufficientResource.Unresolvable): no preemption frees what the node never had.
+        checks: list[tuple[str, Mask, Mask | None]] = [(REASON_PODS, pods, None)]
+        if cpu is not None:
+            checks.append((REASON_CPU, cpu, snap.node_cpu_alloc[:n] < req.cpu_milli))
+        if mem is not None:
+            checks.append((REASON_MEMORY, mem, snap.node_mem_alloc[:n] < req.memory_bytes))
+        checks.extend(other)
+        unresolvable = np.zeros(n, np.bool_)
+        for _reason, _short, never in checks:
+            if never is not None:
+                unresolvable |= never
+        return FilterResult(
+            candidates & ~bad,
+            tuple(reason for reason, _short, _never in checks),
+            unresolvable=unresolvable & bad,
+            hits=np.stack([short for _reason, short, _never in checks]),
+        )
 
     @staticmethod
-    def _filter_other(
-        req: PodRequests,
-        snap: NodeColumns,
-        candidates: Mask,
-        n: int,
-        bad: Mask,
-        pods: Mask,
-        cpu: Mask,
-    ) -> FilterResult:
-        """The slow path, for pods requesting other resources: each checked against the
-        row's free amount (`Insufficient <name>`); a row whose allocatable is below the
-        request is unresolvable there (kube-scheduler's InsufficientResource.Unresolvable)."""
-        codes = np.where(pods, 0, np.where(cpu, 1, 2)).astype(np.int8)
-        unresolvable = np.zeros(n, np.bool_)
-        reasons = list(REASONS)
-        for name, amount in req.other:
-            col = snap.other_column(name)
-            if col < 0:
-                short = np.ones(n, np.bool_)
-                never = short
-            else:
-                short = snap.node_other_free[:n, col] < amount
-                never = snap.node_other_alloc[:n, col] < amount
-            codes = np.where(bad, codes, np.int8(len(reasons))).astype(np.int8)
-            reasons.append(f"Insufficient {name}")
-            bad = bad | short
-            unresolvable |= never
-        bad &= candidates
-        if not bad.any():
-            return FilterResult(candidates)
-        return FilterResult(candidates & ~bad, tuple(reasons), codes, unresolvable & bad)
+    def _short_of(snap: NodeColumns, n: int, name: str, amount: int) -> tuple[str, Mask, Mask]:
+        """An other resource's check: short of free amount, and never enough (allocatable
+        below the request, or the resource absent from every node's columns)."""
+        col = snap.other_column(name)
+        if col < 0:
+            missing = np.ones(n, np.bool_)
+            return f"Insufficient {name}", missing, missing
+        return (
+            f"Insufficient {name}",
+            snap.node_other_free[:n, col] < amount,
+            snap.node_other_alloc[:n, col] < amount,
+        )
 
     # -- PreScore / Score ------------------------------------------------------------------
 
@@ -223,7 +213,12 @@ class NodeResourcesFit:
         return Status()
 
     def _alloc_requested(
-        self, snap: NodeColumns, rows: Rows, name: str, req: PodRequests
+        self,
+        snap: NodeColumns,
+        rows: Rows,
+        name: str,
+        req: PodRequests,
+        pod_other: tuple[tuple[str, int], ...],
     ) -> tuple[I64, I64]:
         """(allocatable, requested after placing the pod) per row, kube-scheduler's
         calculateResourceAllocatableRequest. allocatable 0 means "do not score this
@@ -243,10 +238,18 @@ class NodeResourcesFit:
             has = snap.card_model[rows] != NO_CARD
             used = np.count_nonzero(has & (snap.card_free_milli[rows] < FULL_CARD_MILLI), axis=1)
             return alloc, used.astype(np.int64) + req.gpu_cards
-        # An extended resource the pod does not request is not scored (kube-scheduler
-        # returns (0, 0) for it).
+        # Any other resource from its snapshot columns (ignoredResources only affect
+        # Filter). An extended resource or hugepages the pod does not request is not scored
+        # (kube-scheduler returns (0, 0) for a scalar resource the pod does not ask for),
+        # nor is one no node offers; ephemeral-storage is scored whatever the pod asks.
         zero = np.zeros(len(rows), np.int64)
-        return zero, zero
+        amount = dict(pod_other).get(name, 0)
+        col = snap.other_column(name)
+        if col < 0 or (amount == 0 and name != EPHEMERAL_STORAGE):
+            return zero, zero
+        alloc = snap.node_other_alloc[rows, col].astype(np.int64)
+        used = alloc - snap.node_other_free[rows, col]
+        return alloc, used + amount
 
     def score(self, state: CycleState, pod: PodInfo, rows: Rows) -> Scores:
         req = self._requests(state, pod)
@@ -254,7 +257,7 @@ class NodeResourcesFit:
         node_score = np.zeros(len(rows), np.int64)
         weight_sum = np.zeros(len(rows), np.int64)
         for name, weight in self.resources:
-            alloc, requested = self._alloc_requested(snap, rows, name, req)
+            alloc, requested = self._alloc_requested(snap, rows, name, req, pod.request.other)
             scored = alloc > 0
             safe = np.where(scored, alloc, 1)
             if self.strategy == LEAST_ALLOCATED:

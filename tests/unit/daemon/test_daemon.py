@@ -11,7 +11,7 @@ from typing import Any
 import orjson
 import pytest
 
-from gpusched.config import LeaderElection, default_config
+from gpusched.config import API_VERSION, KIND, LeaderElection, default_config, load_config
 from gpusched.config.settings import Watch
 from gpusched.daemon import Daemon, DaemonOptions
 from gpusched.daemon.daemon import MAX_WARNED
@@ -103,7 +103,21 @@ def daemon(
     raw = node_object(spec)
     raw["metadata"]["uid"] = "node-n1"
     d.node_watch._line(watch_line("ADDED", raw))
+    _quiet_storage(d)
     return d, writer
+
+
+def _quiet_storage(d: Daemon) -> None:
+    """The storage watches (the default profile's volume plugins) are not under test here:
+    they report synced at once and then wait to be cancelled."""
+    assert d.volumes is not None
+    for reflector in d.volumes.reflectors:
+        reflector.synced.set()
+        reflector.run = _idle  # type: ignore[method-assign]
+
+
+async def _idle() -> None:
+    await asyncio.Event().wait()
 
 
 async def test_pod_updated_while_its_binding_is_in_flight_is_requeued_as_updated(
@@ -249,6 +263,7 @@ def _quiet_watches(d: Daemon, monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(d.node_watch, "run", lambda: watch(d.node_watch))
     monkeypatch.setattr(d.pod_watch, "run", lambda: watch(d.pod_watch))
+    _quiet_storage(d)
 
 
 def _events(stream: io.StringIO) -> list[dict[str, Any]]:
@@ -550,7 +565,8 @@ def test_the_watch_settings_reach_the_reflectors() -> None:
     registry = default_registry()
     config = dataclasses.replace(default_config(registry), watch=Watch(30, 45.0, 2.0, 8.0, 50.0))
     d = Daemon(None, config, registry, make_logger(io.StringIO()))  # type: ignore[arg-type]
-    for watch in (d.node_watch, d.pod_watch):
+    assert d.volumes is not None
+    for watch in (d.node_watch, d.pod_watch, *d.volumes.reflectors):
         assert (watch.watch_timeout, watch.read_timeout) == (30, 45.0)
         assert (watch.backoff.initial, watch.backoff.maximum) == (2.0, 8.0)
         assert watch.backoff.reset_after == 50.0
@@ -561,7 +577,8 @@ async def test_healthz_sees_the_watches_and_a_wedged_loop(
     daemon: tuple[Daemon, FakeWriter], clock: Clock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     d, _ = daemon
-    assert d.liveness.watches == [d.node_watch, d.pod_watch]
+    assert d.volumes is not None
+    assert d.liveness.watches == [d.node_watch, d.pod_watch, *d.volumes.reflectors]
     clock.t += 3600
     assert d.liveness.problems() == []  # no loop yet (a standby): only the watches count
     seen: list[str] = []
@@ -675,3 +692,25 @@ async def test_node_warnings_remembered_are_bounded(
     assert len(_events(stream)) == logged  # a recent warning is still reported only once
     d._node_warning(node, "status.allocatable['x']: bad value 0")  # long evicted
     assert len(_events(stream)) == logged + 1
+
+
+def test_storage_is_watched_only_when_a_profile_has_a_volume_plugin() -> None:
+    registry = default_registry()
+    assert Daemon(None, default_config(registry), registry, make_logger(io.StringIO())).volumes  # type: ignore[arg-type]
+    volume_plugins = ["VolumeRestrictions", "NodeVolumeLimits", "VolumeBinding", "VolumeZone"]
+    config = load_config(
+        {
+            "apiVersion": API_VERSION,
+            "kind": KIND,
+            "profiles": [
+                {
+                    "schedulerName": "ai-scheduler",
+                    "plugins": {"multiPoint": {"disabled": [{"name": n} for n in volume_plugins]}},
+                }
+            ],
+        },
+        registry,
+    )
+    d = Daemon(None, config, registry, make_logger(io.StringIO()))  # type: ignore[arg-type]
+    assert d.volumes is None
+    assert d.liveness.watches == [d.node_watch, d.pod_watch]

@@ -74,3 +74,36 @@ def test_other_allocatable_grows_or_shrinks() -> None:
     assert node_change(two, more, labels_changed=False) == NodeChange.ALLOCATABLE
     assert node_change(two, less, labels_changed=False) == NodeChange.NONE
     assert node_change(two, two, labels_changed=False) == NodeChange.NONE
+
+
+@pytest.mark.parametrize(
+    "event",
+    [
+        ClusterEvent.PVC_CHANGE,
+        ClusterEvent.PV_CHANGE,
+        ClusterEvent.STORAGE_CLASS_CHANGE,
+        ClusterEvent.CSI_NODE_CHANGE,
+    ],
+)
+def test_storage_events_wake_only_pods_a_volume_plugin_rejected(event: ClusterEvent) -> None:
+    assert may_help(frozenset({"VolumeBinding"}), event)
+    assert may_help(frozenset({"NodeResourcesFit", "VolumeZone"}), event)
+    assert may_help(frozenset(), event)  # a rejection naming no plugin
+    assert not may_help(frozenset({"NodeResourcesFit"}), event)
+    assert not may_help(frozenset({"GPUFit", "TaintToleration"}), event)
+
+
+def test_volume_rejections_and_node_updates() -> None:
+    # Volume node affinity and zones read labels; claims in use and CSI limits do not.
+    assert may_help(frozenset({"VolumeBinding"}), ClusterEvent.NODE_UPDATE, NodeChange.LABELS)
+    assert may_help(frozenset({"VolumeZone"}), ClusterEvent.NODE_UPDATE, NodeChange.LABELS)
+    assert not may_help(frozenset({"VolumeZone"}), ClusterEvent.NODE_UPDATE, NodeChange.TAINTS)
+    assert not may_help(
+        frozenset({"VolumeRestrictions"}), ClusterEvent.NODE_UPDATE, NodeChange.LABELS
+    )
+    assert not may_help(frozenset({"NodeVolumeLimits"}), ClusterEvent.NODE_UPDATE, NodeChange.ANY)
+    # A pod's deletion frees a ReadWriteOncePod claim or attachments, never a volume zone.
+    assert may_help(frozenset({"VolumeRestrictions"}), ClusterEvent.ASSIGNED_POD_DELETE)
+    assert may_help(frozenset({"NodeVolumeLimits"}), ClusterEvent.ASSIGNED_POD_DELETE)
+    assert not may_help(frozenset({"VolumeZone"}), ClusterEvent.ASSIGNED_POD_DELETE)
+    assert may_help(frozenset({"VolumeZone"}), ClusterEvent.NODE_ADD)

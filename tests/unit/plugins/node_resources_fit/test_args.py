@@ -33,8 +33,13 @@ def test_default_args_are_valid_and_kube_like() -> None:
         (fit_strategy("MostAllocated", ("cpu", 0)), "scoringStrategy.resources[0].weight"),
         (fit_strategy("MostAllocated", ("cpu", 101)), "scoringStrategy.resources[0].weight"),
         (
-            fit_strategy("MostAllocated", ("ephemeral-storage", 1)),
+            # not a resource name a node's allocatable can have
+            fit_strategy("MostAllocated", ("storage", 1)),
             "scoringStrategy.resources[0].name",
+        ),
+        (
+            fit_strategy("MostAllocated", ("cpu", 1), ("kubernetes.io/foo", 1)),
+            "scoringStrategy.resources[1].name",
         ),
         (
             fit_strategy("MostAllocated", ("cpu", 1), ("cpu", 2)),

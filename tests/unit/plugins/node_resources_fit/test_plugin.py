@@ -10,6 +10,7 @@ import numpy as np
 from gpusched.core.schedule_one import Result
 from gpusched.framework import (
     CycleState,
+    Diagnosis,
     FilterPlugin,
     PreFilterPlugin,
     PreScorePlugin,
@@ -53,10 +54,10 @@ def test_implements_its_points() -> None:
 def test_filter_reasons_in_kube_order() -> None:
     snap = snapshot(
         node("fits", cpu=2000, mem=2 * MiB * 1024),
-        node("full-pods", pods=0),  # too many pods wins over everything
+        node("full-pods", pods=0),
         node("small-cpu", cpu=500),
         node("small-mem", mem=MiB),
-        node("small-both", cpu=500, mem=MiB),  # cpu is checked before memory
+        node("small-both", cpu=500, mem=MiB),
     )
     p = pod(request=PodRequest(cpu_milli=1000, memory_bytes=512 * MiB))
     plugin = fit(snap)
@@ -67,13 +68,35 @@ def test_filter_reasons_in_kube_order() -> None:
     mask = all_rows(snap)
     res = plugin.filter(state, p, mask)
     assert passing(snap, res) == ["fits"]
+    # Every reason that holds is kept, in fitsRequest's order (pods, cpu, memory).
     assert reasons_by_node(snap, mask, res) == {
         "full-pods": "Too many pods",
         "small-cpu": "Insufficient cpu",
         "small-mem": "Insufficient memory",
-        "small-both": "Insufficient cpu",
+        "small-both": "Insufficient cpu, Insufficient memory",
     }
-    assert not res.unresolvable  # preemption may free room
+    # The pods check is not unresolvable; nor is cpu or memory the node has allocatable but
+    # in use. These nodes' allocatable is below the request: nothing preempted frees it.
+    assert isinstance(res.unresolvable, np.ndarray)
+    unresolvable = {snap.names[r] for r in np.flatnonzero(res.unresolvable)}
+    assert unresolvable == {"small-cpu", "small-mem", "small-both"}
+    # The FailedScheduling message counts a node under each of its reasons, as kube does:
+    # "0/5 nodes are available: 2 Insufficient cpu, 2 Insufficient memory, 1 Too many pods."
+    diagnosis = Diagnosis(snap.size)
+    diagnosis.record(mask, res, plugin.name)
+    assert diagnosis.message() == (
+        "0/5 nodes are available: 2 Insufficient cpu, 2 Insufficient memory, 1 Too many pods."
+    )
+
+
+def test_cpu_in_use_is_resolvable_and_beyond_allocatable_is_not() -> None:
+    snap = snapshot(node("busy", cpu=2000), node("small", cpu=500))
+    snap.apply(snap.row_of("busy"), 1500, 0, (), (), ())  # 500m free of 2000m
+    p = pod(request=PodRequest(cpu_milli=1000))
+    res = fit(snap).filter(CycleState(), p, all_rows(snap))
+    assert passing(snap, res) == []
+    assert isinstance(res.unresolvable, np.ndarray)
+    assert [snap.names[r] for r in np.flatnonzero(res.unresolvable)] == ["small"]
 
 
 def test_exact_fit_passes_and_one_more_fails() -> None:
@@ -143,6 +166,26 @@ def test_least_allocated_matches_kube() -> None:
 def test_most_allocated_matches_kube() -> None:
     p = pod(request=PodRequest(cpu_milli=3000, memory_bytes=5000))
     assert scores(fit_strategy("MostAllocated"), two_nodes(), p, "n1", "n2") == [62, 50]
+
+
+def test_other_resources_score_as_kube() -> None:
+    # calculateResourceAllocatableRequest: ephemeral-storage is scored whatever the pod asks;
+    # an extended resource or hugepages only when requested; one no node offers never.
+    snap = snapshot(
+        node("a", cpu=4000, other={"ephemeral-storage": 1000, "rdma/hca": 4}),
+        node("b", cpu=4000, other={"ephemeral-storage": 4000, "rdma/hca": 8}),
+    )
+    snap.apply(snap.row_of("a"), 0, 0, (), (), (), other=(("ephemeral-storage", 500),))
+    args = fit_strategy(
+        "MostAllocated", ("ephemeral-storage", 1), ("rdma/hca", 1), ("example.com/fpga", 1)
+    )
+    assert args.validate() == []
+    plain = pod(request=PodRequest(cpu_milli=1000))
+    # a: 500/1000 -> 50; b: 0/4000 -> 0 (rdma not asked for, fpga offered nowhere).
+    assert scores(args, snap, plain, "a", "b") == [50, 0]
+    rdma = pod(request=PodRequest(cpu_milli=1000, other=(("rdma/hca", 2),)))
+    # a: (50 + 2*100/4 = 50) / 2 = 50; b: (0 + 2*100/8 = 25) / 2 = 12.
+    assert scores(args, snap, rdma, "a", "b") == [50, 12]
 
 
 def test_existing_usage_counts() -> None:
