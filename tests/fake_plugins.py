@@ -187,6 +187,7 @@ DEFAULT_FAKES = (
     fake("NodeName", P.FILTER),
     fake("NodePorts", P.PRE_FILTER, P.FILTER),
     fake("InterPodAffinity", P.PRE_FILTER, P.FILTER, P.PRE_SCORE, P.SCORE),
+    fake("PodTopologySpread", P.PRE_FILTER, P.FILTER, P.PRE_SCORE, P.SCORE),
     fake("DynamicResources", P.PRE_FILTER),
     fake("VolumeRestrictions", P.PRE_FILTER, P.FILTER),
     fake("NodeVolumeLimits", P.PRE_FILTER, P.FILTER),

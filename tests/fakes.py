@@ -82,6 +82,16 @@ class FakeHandle:
     def used_host_ports(self) -> Mapping[str, UsedPorts]:
         return self.ports
 
+    def count_pods_by_node(
+        self, namespace: str, match: Callable[[PodInfo], bool]
+    ) -> Mapping[str, int]:
+        out: dict[str, int] = {}
+        for node, pods in self.pods.items():
+            n = sum(1 for p in pods if p.namespace == namespace and match(p))
+            if n:
+                out[node] = n
+        return out
+
 
 # --- the Lease API and a clock (leader election) -----------------------------------------
 

@@ -48,8 +48,9 @@ def _refs(*names: str) -> tuple[PluginRef, ...]:
 
 # The `ai-scheduler` profile. Score weights are the seed article's alpha, beta, gamma:
 # fragmentation first, thermal headroom next, network locality last.
-# SchedulingGates, NodeName, NodePorts and InterPodAffinity as in kube-scheduler's default
-# profile; DynamicResources refuses pods with DRA claims until gpusched allocates them.
+# SchedulingGates, NodeName, NodePorts, the volume plugins, PodTopologySpread and
+# InterPodAffinity as in kube-scheduler's default profile; DynamicResources refuses pods
+# with DRA claims until gpusched allocates them.
 DEFAULT_PLUGINS: Mapping[Point, tuple[PluginRef, ...]] = {
     Point.PRE_ENQUEUE: _refs("SchedulingGates"),
     Point.QUEUE_SORT: _refs("PrioritySort"),
@@ -64,6 +65,7 @@ DEFAULT_PLUGINS: Mapping[Point, tuple[PluginRef, ...]] = {
         "NodeVolumeLimits",
         "VolumeBinding",
         "VolumeZone",
+        "PodTopologySpread",
         "InterPodAffinity",
         "DynamicResources",
     ),
@@ -83,10 +85,11 @@ DEFAULT_PLUGINS: Mapping[Point, tuple[PluginRef, ...]] = {
         "NodeVolumeLimits",
         "VolumeBinding",
         "VolumeZone",
+        "PodTopologySpread",
         "InterPodAffinity",
         "Thermal",
     ),
-    Point.PRE_SCORE: _refs("InterPodAffinity", "NetworkLocality"),
+    Point.PRE_SCORE: _refs("PodTopologySpread", "InterPodAffinity", "NetworkLocality"),
     # The seed article weights fragmentation 0.40, thermal 0.35, network 0.25. Measured in
     # the simulator (`gpusched simulate`, seeds 1-3), a 0.35 thermal score steers work off
     # warm-but-safe nodes and costs 0.7-2.6 points of GPU allocation and up to 6 points of
@@ -99,6 +102,11 @@ DEFAULT_PLUGINS: Mapping[Point, tuple[PluginRef, ...]] = {
         # kube-scheduler's default weight 2; costs nothing while no pod has pod affinity
         # terms (PreScore skips), so the FGD protocol's numbers are unchanged.
         PluginRef("InterPodAffinity", 2),
+        # kube-scheduler's default weight. It scores only pods with soft constraints of their
+        # own or in a ReplicaSet/StatefulSet/ReplicationController (PreScore skips the rest),
+        # so the FGD protocol, whose pods have neither, is unchanged (measured: the plugin's
+        # README).
+        PluginRef("PodTopologySpread", 2),
     ),
     # VolumeBinding binds the pod's claims before the pod (kube-scheduler's order).
     Point.RESERVE: _refs("VolumeBinding", "GPUFit"),

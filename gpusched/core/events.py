@@ -57,12 +57,13 @@ class ClusterEvents:
                 # Finished: the cache dropped it, which frees what a deletion frees (the
                 # pod watch's list excludes terminal pods, so no DELETED follows).
                 if before is not None and before.alloc is not None:
-                    self.queue.move_all(ClusterEvent.ASSIGNED_POD_DELETE)
+                    self.queue.move_all(ClusterEvent.ASSIGNED_POD_DELETE, namespace=pod.namespace)
                 return
             if old is None:
-                self.queue.move_all(ClusterEvent.ASSIGNED_POD_ADD)
-            elif old.labels != pod.labels:
-                self.queue.move_all(ClusterEvent.ASSIGNED_POD_UPDATE)
+                # A new bound pod, or ours confirmed: an affinity or a spread may now hold.
+                self.queue.move_all(ClusterEvent.ASSIGNED_POD_ADD, namespace=pod.namespace)
+            elif old.labels != pod.labels or old.deleting != pod.deleting:
+                self.queue.move_all(ClusterEvent.ASSIGNED_POD_UPDATE, namespace=pod.namespace)
             return
         if pod.scheduler_name not in self.profiles:
             return
@@ -89,7 +90,7 @@ class ClusterEvents:
             if wp is not None:
                 wp.reject("", f"pod {pod.key} was deleted")
         if entry is not None and entry.alloc is not None:
-            self.queue.move_all(ClusterEvent.ASSIGNED_POD_DELETE)
+            self.queue.move_all(ClusterEvent.ASSIGNED_POD_DELETE, namespace=pod.namespace)
 
     # -- nodes ------------------------------------------------------------------------------
 

@@ -53,7 +53,26 @@ def warm_workload() -> tuple[Fleet, list[PodInfo]]:
         )
         for i in range(2)
     ]
-    return fleet, warm_affinity + pods
+    # A hard and a soft rack spread: PodTopologySpread's kernels (Filter and Score).
+    spread = [
+        dataclasses.replace(
+            pods[0],
+            request=PodRequest(cpu_milli=100),
+            uid=f"warm-spread-{action}",
+            name=f"warm-spread-{action}",
+            labels={"app": "warm-spread"},
+            topology_spread_constraints=(
+                {
+                    "maxSkew": 1,
+                    "topologyKey": keys.RACK_LABEL,
+                    "whenUnsatisfiable": action,
+                    "labelSelector": {"matchLabels": {"app": "warm-spread"}},
+                },
+            ),
+        )
+        for action in ("DoNotSchedule", "ScheduleAnyway")
+    ]
+    return fleet, warm_affinity + spread + pods
 
 
 def warm_kernels(config: SchedulerConfig, registry: Registry) -> int:

@@ -130,6 +130,12 @@ class PodInfo:
     # Claims (persistentVolumeClaim, generic ephemeral) and in-tree disks the volume plugins
     # read (model/volume.py); other volume types are left out.
     volumes: tuple[PodVolume, ...] = ()
+    # spec.topologySpreadConstraints as raw dicts (PodTopologySpread parses and validates).
+    topology_spread_constraints: tuple[Mapping[str, Any], ...] = ()
+    # The controller ownerReference (controller: true) as (kind, uid), ("", "") without
+    # one: PodTopologySpread's default constraints apply to pods of a ReplicaSet,
+    # StatefulSet or ReplicationController.
+    controller: tuple[str, str] = ("", "")
 
     @property
     def job_key(self) -> str:
@@ -411,6 +417,14 @@ def host_ports(spec: Mapping[str, Any]) -> tuple[HostPort, ...]:
     return tuple(out)
 
 
+def controller_ref(meta: Mapping[str, Any]) -> tuple[str, str]:
+    """metav1.GetControllerOf: the ownerReference with controller: true, as (kind, uid)."""
+    for ref in _dicts(meta.get("ownerReferences")):
+        if ref.get("controller") is True:
+            return str(ref.get("kind") or ""), str(ref.get("uid") or "")
+    return "", ""
+
+
 def pod_from_k8s(obj: Mapping[str, Any]) -> PodInfo:
     meta = _resource_list(obj.get("metadata"))
     spec = _resource_list(obj.get("spec"))
@@ -529,4 +543,6 @@ def pod_from_k8s(obj: Mapping[str, Any]) -> PodInfo:
         resource_claims=_resource_claims(spec),
         host_ports=host_ports(spec),
         volumes=pod_volumes(spec, str(meta.get("name", ""))),
+        topology_spread_constraints=tuple(_dicts(spec.get("topologySpreadConstraints"))),
+        controller=controller_ref(meta),
     )

@@ -20,6 +20,7 @@ from gpusched.plugins.node_ports import NodePorts
 from gpusched.plugins.node_resources_fit import NodeResourcesFit
 from gpusched.plugins.node_unschedulable import NodeUnschedulable
 from gpusched.plugins.node_volume_limits import NodeVolumeLimits
+from gpusched.plugins.pod_topology_spread import PodTopologySpread
 from gpusched.plugins.priority_sort import PrioritySort
 from gpusched.plugins.random_score import RandomScore
 from gpusched.plugins.scheduling_gates import SchedulingGates
@@ -45,6 +46,7 @@ BUILTIN = (
     VolumeBinding,
     VolumeZone,
     InterPodAffinity,
+    PodTopologySpread,
     GPUFit,
     GPUFragmentation,
     Thermal,

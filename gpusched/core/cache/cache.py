@@ -160,8 +160,8 @@ class ClusterCache:
         # InterPodAffinity reads of other pods' terms, never every pod.
         self._with_affinity: dict[str, None] = {}
         self._with_required_anti: dict[str, None] = {}
-        # Pods by namespace and label, built on the first count_matching_pods (a cluster
-        # without pod affinity or topology spread never pays for it), then kept up to date.
+        # Pods by namespace and label, built on the first count (a cluster without pod
+        # affinity or topology spread never pays for it), then kept up to date.
         self._labels: _LabelIndex | None = None
         # Namespace name -> labels (namespaceSelector), from the daemon's namespace watch.
         self.namespaces: dict[str, Mapping[str, str]] = {}
@@ -298,13 +298,9 @@ class ClusterCache:
     def count_matching_pods(self, matcher: PodMatcher) -> NDArray[np.int64]:
         rows = self.snapshot.rows
         out = np.zeros(len(self.snapshot.node_valid), np.int64)
-        if self._labels is None:
-            self._labels = _LabelIndex()
-            for entry in self.pods.values():
-                self._labels.add(entry.pod, 1)
         pods, matches = self.pods, matcher.matches
         hits: list[int] = []
-        for uid in self._labels.candidates(matcher):
+        for uid in self._label_index().candidates(matcher):
             entry = pods[uid]
             if matches(entry.pod):
                 row = rows.get(entry.node, -1)
@@ -313,6 +309,25 @@ class ClusterCache:
         if hits:
             np.add.at(out, hits, 1)
         return out
+
+    def count_pods_by_node(
+        self, namespace: str, match: Callable[[PodInfo], bool]
+    ) -> dict[str, int]:
+        out: dict[str, int] = {}
+        pods = self.pods
+        for uid in list(self._label_index().by_ns.get(namespace, ())):
+            entry = pods[uid]
+            if match(entry.pod):
+                node = entry.node
+                out[node] = out.get(node, 0) + 1
+        return out
+
+    def _label_index(self) -> _LabelIndex:
+        if self._labels is None:
+            self._labels = _LabelIndex()
+            for entry in self.pods.values():
+                self._labels.add(entry.pod, 1)
+        return self._labels
 
     def pods_with_affinity(self, *, required_anti_only: bool = False) -> list[tuple[PodInfo, int]]:
         uids = self._with_required_anti if required_anti_only else self._with_affinity

@@ -31,8 +31,10 @@ class ClusterEvent(enum.Enum):
     NODE_UPDATE = "NodeUpdate"
     NODE_DELETE = "NodeDelete"
     ASSIGNED_POD_DELETE = "AssignedPodDelete"  # capacity freed
-    ASSIGNED_POD_ADD = "AssignedPodAdd"  # a pod bound (seen bound for the first time)
-    ASSIGNED_POD_UPDATE = "AssignedPodUpdate"  # a bound pod's labels changed
+    ASSIGNED_POD_ADD = "AssignedPodAdd"  # a pod bound (by anyone), or ours confirmed
+    # A bound pod's labels changed or it started terminating (it may stop matching a
+    # spread selector).
+    ASSIGNED_POD_UPDATE = "AssignedPodUpdate"
     POD_GROUP_CHANGE = "PodGroupChange"
     # Storage added or updated (the daemon's watches, only when a profile uses a volume
     # plugin): only pods a volume plugin rejected may care.
@@ -79,6 +81,8 @@ PLUGIN_NODE_CHANGES: dict[str, NodeChange] = {
     # Topology keys are watched label keys: a node gaining or changing one may put it in
     # a domain that holds (or no longer holds) the pods a term selects.
     "InterPodAffinity": NodeChange.LABELS,
+    # A topology key's value (a watched label) or, with nodeTaintsPolicy Honor, a taint.
+    "PodTopologySpread": NodeChange.LABELS | NodeChange.TAINTS,
 }
 
 VOLUME_PLUGINS = frozenset(
@@ -92,11 +96,6 @@ VOLUME_EVENTS = frozenset(
         ClusterEvent.CSI_NODE_CHANGE,
     }
 )
-
-# Filters that count other pods by their labels: a pod bound, or a bound pod's labels
-# changing, may satisfy them (kube-scheduler's Pod/Add and Pod/UpdatePodLabel events for
-# InterPodAffinity). Every other in-tree filter ignores those events.
-POD_LABEL_PLUGINS = frozenset({"InterPodAffinity"})
 
 
 # Rejections only the pod itself could lift (a malformed pod; DRA claims, which are
@@ -124,6 +123,16 @@ POD_EVENTS = frozenset(
         ClusterEvent.POD_GROUP_CHANGE,
     }
 )
+# Filters another pod's arrival or relabelling may satisfy (more pods in the least crowded
+# domain raise the global minimum; a pod an affinity term selects arrives): only these wake
+# on ASSIGNED_POD_ADD / _UPDATE (kube-scheduler's Pod/Add and Pod/UpdatePodLabel events),
+# which every bind emits, so a backlog rejected for capacity is not retried on every bind.
+POD_ADD_PLUGINS = frozenset({"PodTopologySpread", "InterPodAffinity"})
+# Filters that count only the pods of the rejected pod's own namespace (not InterPodAffinity:
+# its terms may select other namespaces).
+NAMESPACED = frozenset({"PodTopologySpread"})
+# Filters a node's deletion may satisfy (a domain holding the global minimum goes away).
+NODE_DELETE_PLUGINS = frozenset({"PodTopologySpread"})
 
 
 def node_update_may_help(rejected_by: frozenset[str], change: NodeChange) -> bool:
@@ -145,6 +154,8 @@ def may_help(
         return True
     if rejected_by and rejected_by <= POD_ONLY:
         return False
+    if event in (ClusterEvent.ASSIGNED_POD_ADD, ClusterEvent.ASSIGNED_POD_UPDATE):
+        return bool(rejected_by & POD_ADD_PLUGINS)
     if event is ClusterEvent.NODE_UPDATE:
         return node_update_may_help(rejected_by, change)
     if event in VOLUME_EVENTS:
@@ -154,13 +165,19 @@ def may_help(
     if event in POD_EVENTS and rejected_by and rejected_by <= NODE_ONLY:
         # Another pod coming or going changes no node's labels, taints or cordon.
         return False
+    # Fewer nodes never make a pod fit, except one whose spread they skew.
+    return event is not ClusterEvent.NODE_DELETE or bool(rejected_by & NODE_DELETE_PLUGINS)
+
+
+def namespace_scoped(rejected_by: frozenset[str], event: ClusterEvent) -> bool:
+    """Whether pod event `event` helps a pod rejected by `rejected_by` only when the event's
+    pod is in its namespace: every rejecting plugin the event can help counts that
+    namespace's pods only (a NodeResourcesFit rejection is helped by a deletion anywhere)."""
     if event in (ClusterEvent.ASSIGNED_POD_ADD, ClusterEvent.ASSIGNED_POD_UPDATE):
-        # More pods, or relabelled ones, free nothing: only filters that count pods by
-        # label may change their mind. Every bind emits these, so a backlog rejected for
-        # capacity (or for no named reason) is not retried on every bind.
-        return bool(rejected_by & POD_LABEL_PLUGINS)
-    # Fewer nodes never make a pod fit.
-    return event is not ClusterEvent.NODE_DELETE
+        helped = rejected_by & POD_ADD_PLUGINS
+    else:
+        helped = rejected_by - NODE_ONLY
+    return bool(helped) and helped <= NAMESPACED
 
 
 def _cards_gained(old: tuple[Card, ...], new: tuple[Card, ...]) -> bool:

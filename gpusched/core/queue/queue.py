@@ -31,7 +31,13 @@ from collections.abc import Callable, Iterable
 
 from gpusched.core.queue.active import ActiveQueue, Less
 from gpusched.core.queue.backoff import BackoffQueue, backoff_duration
-from gpusched.core.queue.hints import ClusterEvent, NodeChange, may_help
+from gpusched.core.queue.hints import (
+    POD_EVENTS,
+    ClusterEvent,
+    NodeChange,
+    may_help,
+    namespace_scoped,
+)
 from gpusched.core.queue.info import QueuedPodInfo
 from gpusched.core.queue.unschedulable import UnschedulablePods
 from gpusched.framework.status import Status
@@ -132,12 +138,19 @@ class SchedulingQueue:
         self.gated.pop(uid, None)
 
     def move_all(
-        self, event: ClusterEvent, *, exclude: str = "", change: NodeChange = NodeChange.ANY
+        self,
+        event: ClusterEvent,
+        *,
+        exclude: str = "",
+        change: NodeChange = NodeChange.ANY,
+        namespace: str | None = None,
     ) -> int:
         """Move unschedulable pods the event may help; returns how many moved. `exclude`: a
         pod the event is about (its own placement was just undone) that must stay put.
         `change`: what a NODE_UPDATE changed; an update that changed nothing a plugin reads
-        is no event at all."""
+        is no event at all. `namespace`: the namespace of a pod event's pod; pods whose
+        rejection only their own namespace's pods can lift (PodTopologySpread) move only
+        for pods of theirs."""
         if event is ClusterEvent.NODE_UPDATE and not change:
             return 0
         # Pods in flight missed it: their attempt's verdict may be stale (see requeue).
@@ -145,14 +158,17 @@ class SchedulingQueue:
             info.missed.add((event, change))
         now = self.clock()
         moved = 0
+        scoped_event = namespace is not None and event in POD_EVENTS
         for rejected_by in self.unschedulable.groups():
             if not may_help(rejected_by, event, change):
                 continue
+            scoped = scoped_event and namespace_scoped(rejected_by, event)
             for info in self.unschedulable.group(rejected_by):
-                if info.uid != exclude:
-                    self.unschedulable.remove(info.uid)
-                    self._requeue_moved(info, now)
-                    moved += 1
+                if info.uid == exclude or (scoped and info.pod.namespace != namespace):
+                    continue
+                self.unschedulable.remove(info.uid)
+                self._requeue_moved(info, now)
+                moved += 1
         return moved
 
     # -- the scheduling loop's side ---------------------------------------------------------

@@ -4,7 +4,9 @@ Plugin folders never import each other (import-linter holds them apart); what se
 plugins share lives here: score normalisation and toleration matching (exported below),
 and, imported by module, `gpu_state` (what GPUFit computes once per pod and the other GPU
 plugins read), `fgd_target` (the FGD target workload and fragmentation cache, also the
-simulator's) and `row_cache` (per-row results of recent request shapes).
+simulator's), `row_cache` (per-row results of recent request shapes), `node_selector` and
+`label_index` (node selectors over the snapshot's label sets: NodeAffinity,
+PodTopologySpread).
 """
 
 from gpusched.plugins.helper.normalize import default_normalize_score

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gpusched.plugins.node_affinity.selector import parse_preferred, parse_required
+from gpusched.plugins.helper.node_selector import parse_preferred, parse_required
 
 ADDED = "addedAffinity"
 

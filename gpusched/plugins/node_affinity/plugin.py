@@ -6,8 +6,8 @@ so the best node gets 100.
 
 A pod's selector is parsed once per distinct (nodeSelector, nodeAffinity) signature; its
 label part becomes a bool table over the snapshot's label-set ids (computed with numpy
-from per-key label columns, see label_index.py) and a row's verdict is a gather through
-`node_labelset`. Only `metadata.name` matchFields need the row itself.
+from per-key label columns, see plugins/helper/label_index.py) and a row's verdict is a
+gather through `node_labelset`. Only `metadata.name` matchFields need the row itself.
 
 Label sets hold only the label keys something selects on (framework/snapshot.py): before
 reading them, every cycle declares the keys of the pod's selector and of addedAffinity
@@ -26,13 +26,10 @@ from numpy.typing import NDArray
 
 from gpusched.framework.cycle_state import CycleState, StateKey
 from gpusched.framework.interfaces import FilterResult, Handle, Mask, PreFilterResult, Rows, Scores
-from gpusched.framework.snapshot import NodeColumns
 from gpusched.framework.status import Code, Status
 from gpusched.model.pod import PodInfo
-from gpusched.plugins.helper.normalize import default_normalize_score
-from gpusched.plugins.node_affinity.args import NodeAffinityArgs
-from gpusched.plugins.node_affinity.label_index import Bools, LabelIndex
-from gpusched.plugins.node_affinity.selector import (
+from gpusched.plugins.helper.label_index import Bools, LabelIndex, RequiredEval, field_mask
+from gpusched.plugins.helper.node_selector import (
     Preferred,
     Required,
     Term,
@@ -40,6 +37,8 @@ from gpusched.plugins.node_affinity.selector import (
     parse_preferred,
     parse_required,
 )
+from gpusched.plugins.helper.normalize import default_normalize_score
+from gpusched.plugins.node_affinity.args import NodeAffinityArgs
 
 REASON_POD = "node(s) didn't match Pod's node affinity/selector"
 REASON_ENFORCED = "node(s) didn't match scheduler-enforced node affinity"
@@ -59,55 +58,6 @@ def _label_keys(req: Required | None, pref: Preferred | None) -> tuple[str, ...]
         for _, t in pref.terms:
             keys.update((r.key, None) for r in t.labels or ())
     return tuple(keys)
-
-
-def _field_mask(snap: NodeColumns, rows: Rows, term: Term) -> Bools:
-    """The term's metadata.name requirements on `rows` (all True without matchFields)."""
-    out = np.ones(len(rows), np.bool_)
-    for f in term.fields:
-        eq = rows == snap.rows.get(f.name, -1)
-        out &= eq if f.op == "In" else ~eq
-    return out
-
-
-class _RequiredEval:
-    """A Required selector against one LabelIndex: `pure` over label-set ids covers the
-    nodeSelector and every term without matchFields; each term with matchFields keeps its
-    own label table, ANDed with the row's name at evaluation."""
-
-    __slots__ = ("_field", "_index", "_n", "_pure", "req")
-
-    def __init__(self, req: Required) -> None:
-        self.req = req
-        self._index: LabelIndex | None = None
-        self._n = -1
-        self._pure: Bools = np.empty(0, np.bool_)
-        self._field: list[tuple[Bools, Term]] = []
-
-    def _tables(self, index: LabelIndex) -> None:
-        if index is self._index and len(index) == self._n:
-            return
-        ns = index.node_selector(self.req)
-        terms = self.req.terms
-        if terms is None:
-            pure = ns
-        else:
-            matched = np.zeros(len(index), np.bool_)
-            for t in terms:
-                if not t.fields:
-                    matched |= index.term_labels(t)
-            pure = ns & matched
-        self._field = [(ns & index.term_labels(t), t) for t in terms or () if t.fields]
-        self._pure, self._index, self._n = pure, index, len(index)
-
-    def mask(self, index: LabelIndex, rows: Rows) -> Bools:
-        self._tables(index)
-        snap = index.snapshot
-        ls = snap.node_labelset[rows]
-        out = self._pure[ls]
-        for table, term in self._field:
-            out |= table[ls] & _field_mask(snap, rows, term)
-        return out
 
 
 class _PreferredEval:
@@ -141,13 +91,13 @@ class _PreferredEval:
         ls = snap.node_labelset[rows]
         out = self._weights[ls].copy()
         for w, table, term in self._field:
-            out += np.where(table[ls] & _field_mask(snap, rows, term), w, 0)
+            out += np.where(table[ls] & field_mask(snap, rows, term), w, 0)
         return out
 
 
 @dataclass(frozen=True, slots=True)
 class _Entry:
-    required: _RequiredEval | None
+    required: RequiredEval | None
     preferred: _PreferredEval | None
     errors: tuple[str, ...] = ()
     keys: tuple[str, ...] = ()  # the label keys the selector reads
@@ -171,7 +121,7 @@ class NodeAffinity:
         errors: list[str] = []
         req = parse_required({}, added, "addedAffinity", errors)
         pref = parse_preferred(added, "addedAffinity", errors)
-        self._added_required = _RequiredEval(req) if req is not None else None
+        self._added_required = RequiredEval(req) if req is not None else None
         self._added_preferred = _PreferredEval(pref) if pref is not None else None
         self._added_keys = _label_keys(req, pref)
         self._index: LabelIndex | None = None
@@ -212,7 +162,7 @@ class NodeAffinity:
         req = parse_required(pod.node_selector, na, PREFIX, errors)
         pref = parse_preferred(na, PREFIX, errors)
         got = _Entry(
-            _RequiredEval(req) if req is not None else None,
+            RequiredEval(req) if req is not None else None,
             _PreferredEval(pref) if pref is not None else None,
             tuple(errors),
             _label_keys(req, pref),

@@ -60,6 +60,7 @@ def test_minimal_document_is_the_default_profile(registry: Registry) -> None:
         PluginRef("Thermal", 0.05),
         PluginRef("NetworkLocality", 0.25),
         PluginRef("InterPodAffinity", 2),
+        PluginRef("PodTopologySpread", 2),
     )
     # Every plugin with an Args type gets its defaults filled in at load time.
     assert p.plugin_args == {"NodeResourcesFit": FitArgs(), "Thermal": ThermalArgs()}

@@ -47,6 +47,7 @@ def test_enabled_naming_a_default_replaces_it_in_place(registry: Registry) -> No
         PluginRef("Thermal", 2.0),
         PluginRef("NetworkLocality", 0.25),
         PluginRef("InterPodAffinity", 2),
+        PluginRef("PodTopologySpread", 2),
     )
 
 

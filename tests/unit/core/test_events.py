@@ -299,3 +299,44 @@ def test_a_bound_pod_wakes_pods_inter_pod_affinity_rejected_and_no_other() -> No
     # A bound pod's relabel (AssignedPodUpdate) never wakes what NodeResourcesFit rejected.
     sim.events.pod_changed(dataclasses.replace(web, labels={"app": "web", "v": "2"}))
     assert sim.queue.where("uid-cpu0") == "unschedulable"
+
+
+# --- pod events for PodTopologySpread's rejections ----------------------------------------
+
+
+def test_bound_pods_arriving_relabelled_or_terminating_wake_spread_rejections_of_their_ns() -> None:
+    ev = events_with([])
+    queue = ev.queue
+    waiting = dataclasses.replace(ai_pod("w"), labels={"app": "x"})
+    queue.add(waiting)
+    info = queue.pop_nowait()
+    assert info is not None
+    clock = queue.clock
+    assert isinstance(clock, Clock)
+
+    def park() -> None:
+        got = queue.pop_nowait() if queue.where("uid-w") == "active" else None
+        target = got if got is not None else info
+        queue.inflight[target.uid] = target
+        assert queue.requeue(target, unschedulable=True, rejected_by=["PodTopologySpread"]) == (
+            "unschedulable"
+        )
+        clock.t += 100.0  # past any backoff
+
+    park()
+    bound = dataclasses.replace(ai_pod("b1"), node_name="a", phase="Running", labels={"app": "x"})
+    ev.pod_changed(dataclasses.replace(bound, namespace="elsewhere", uid="uid-o"))
+    assert queue.where("uid-w") == "unschedulable"
+    ev.pod_changed(bound)  # a new bound pod in ns
+    assert queue.where("uid-w") == "active"
+    park()
+    ev.pod_changed(bound)  # the same version again (a resync): nothing changed
+    assert queue.where("uid-w") == "unschedulable"
+    ev.pod_changed(dataclasses.replace(bound, labels={"app": "y"}))
+    assert queue.where("uid-w") == "active"
+    park()
+    ev.pod_changed(dataclasses.replace(bound, labels={"app": "y"}, deleting=True))
+    assert queue.where("uid-w") == "active"
+    park()
+    ev.pod_deleted(bound)
+    assert queue.where("uid-w") == "active"

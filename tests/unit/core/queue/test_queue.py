@@ -391,3 +391,54 @@ def test_deleting_a_gated_pod_forgets_it(clock: Clock) -> None:
     queue.add(gated)
     queue.delete(gated.uid)
     assert queue.where(gated.uid) == "" and len(queue) == 0
+
+
+def parked_in(queue: SchedulingQueue, name: str, namespace: str, *rejected_by: str) -> None:
+    queue.add(dataclasses.replace(pod(name), namespace=namespace))
+    info = queue.pop_nowait()
+    assert info is not None and info.pod.name == name
+    assert queue.requeue(info, unschedulable=True, rejected_by=rejected_by) == UNSCHEDULABLE
+
+
+def test_spread_rejections_wake_on_pods_of_their_namespace_and_node_labels(
+    queue: SchedulingQueue, clock: Clock
+) -> None:
+    parked_in(queue, "spread-a", "a", "PodTopologySpread")
+    parked_in(queue, "spread-b", "b", "PodTopologySpread")
+    parked_in(queue, "cpu", "a", "NodeResourcesFit")
+    parked_in(queue, "both", "b", "PodTopologySpread", "NodeResourcesFit")
+    clock.t += 20
+    # A bind elsewhere: only spread rejections in that namespace (a capacity rejection is
+    # not retried on every bind).
+    assert queue.move_all(ClusterEvent.ASSIGNED_POD_ADD, namespace="a") == 1
+    assert queue.where("uid-spread-a") == ACTIVE
+    assert queue.where("uid-spread-b") == UNSCHEDULABLE
+    assert queue.move_all(ClusterEvent.ASSIGNED_POD_UPDATE, namespace="c") == 0
+    # A deletion in namespace a frees capacity for "both" too (NodeResourcesFit is not
+    # namespaced), but moves no other namespace's spread rejection.
+    assert queue.move_all(ClusterEvent.ASSIGNED_POD_DELETE, namespace="a") == 2
+    assert queue.where("uid-both") == ACTIVE and queue.where("uid-cpu") == ACTIVE
+    assert queue.where("uid-spread-b") == UNSCHEDULABLE
+    # Node events ignore namespaces; a deleted node may have held the least crowded domain.
+    assert queue.move_all(ClusterEvent.NODE_UPDATE, change=NodeChange.ALLOCATABLE) == 0
+    assert queue.move_all(ClusterEvent.NODE_DELETE) == 1
+    assert queue.where("uid-spread-b") == ACTIVE
+
+
+def test_assigned_pod_add_wakes_only_spread_rejections() -> None:
+    for plugins in (
+        frozenset({"NodeResourcesFit"}),
+        frozenset({"GPUFit"}),
+        frozenset({"NodeAffinity"}),
+        frozenset(),
+    ):
+        assert not may_help(plugins, ClusterEvent.ASSIGNED_POD_ADD)
+        assert not may_help(plugins, ClusterEvent.ASSIGNED_POD_UPDATE)
+    spread = frozenset({"PodTopologySpread"})
+    assert may_help(spread, ClusterEvent.ASSIGNED_POD_ADD)
+    assert may_help(spread, ClusterEvent.ASSIGNED_POD_DELETE)
+    assert not may_help(spread, ClusterEvent.NODE_UPDATE, NodeChange.CARDS)
+    assert may_help(spread, ClusterEvent.NODE_UPDATE, NodeChange.TAINTS)
+    assert may_help(spread, ClusterEvent.NODE_UPDATE, NodeChange.LABELS)
+    assert may_help(spread, ClusterEvent.NODE_ADD)
+    assert not may_help(frozenset({"GPUFit"}), ClusterEvent.NODE_DELETE)

@@ -9,8 +9,9 @@ requirement is then one vector op over that column.
 
 Label-set ids are content-addressed and never reused within an epoch of the snapshot's
 interner (`NodeColumns.labelsets.epoch`), so columns never go stale; a freed id keeps an
-empty dict here (no row points at it). The plugin drops the whole index when the handle
-hands out a different Snapshot object or the epoch changes (ids renumbered).
+empty dict here (no row points at it). A plugin (NodeAffinity, PodTopologySpread) drops its
+whole index when the handle hands out a different Snapshot object or the epoch changes
+(ids renumbered).
 """
 
 from __future__ import annotations
@@ -20,8 +21,9 @@ from collections.abc import Mapping
 import numpy as np
 from numpy.typing import NDArray
 
+from gpusched.framework.interfaces import Rows
 from gpusched.framework.snapshot import MAX_WATCHED_KEYS, NodeColumns
-from gpusched.plugins.node_affinity.selector import Required, Requirement, Term, parse_int64
+from gpusched.plugins.helper.node_selector import Required, Requirement, Term, parse_int64
 
 Bools = NDArray[np.bool_]
 
@@ -132,4 +134,53 @@ class LabelIndex:
             if vid is None:
                 return np.zeros(len(self._dicts), np.bool_)
             out &= col.codes == vid
+        return out
+
+
+def field_mask(snap: NodeColumns, rows: Rows, term: Term) -> Bools:
+    """The term's metadata.name requirements on `rows` (all True without matchFields)."""
+    out = np.ones(len(rows), np.bool_)
+    for f in term.fields:
+        eq = rows == snap.rows.get(f.name, -1)
+        out &= eq if f.op == "In" else ~eq
+    return out
+
+
+class RequiredEval:
+    """A Required selector against one LabelIndex: `pure` over label-set ids covers the
+    nodeSelector and every term without matchFields; each term with matchFields keeps its
+    own label table, ANDed with the row's name at evaluation."""
+
+    __slots__ = ("_field", "_index", "_n", "_pure", "req")
+
+    def __init__(self, req: Required) -> None:
+        self.req = req
+        self._index: LabelIndex | None = None
+        self._n = -1
+        self._pure: Bools = np.empty(0, np.bool_)
+        self._field: list[tuple[Bools, Term]] = []
+
+    def _tables(self, index: LabelIndex) -> None:
+        if index is self._index and len(index) == self._n:
+            return
+        ns = index.node_selector(self.req)
+        terms = self.req.terms
+        if terms is None:
+            pure = ns
+        else:
+            matched = np.zeros(len(index), np.bool_)
+            for t in terms:
+                if not t.fields:
+                    matched |= index.term_labels(t)
+            pure = ns & matched
+        self._field = [(ns & index.term_labels(t), t) for t in terms or () if t.fields]
+        self._pure, self._index, self._n = pure, index, len(index)
+
+    def mask(self, index: LabelIndex, rows: Rows) -> Bools:
+        self._tables(index)
+        snap = index.snapshot
+        ls = snap.node_labelset[rows]
+        out = self._pure[ls]
+        for table, term in self._field:
+            out |= table[ls] & field_mask(snap, rows, term)
         return out
