@@ -52,8 +52,9 @@ FEATURES = frozenset(
         "volumes",  # claims bound to PVs with node affinity, unbound immediate claims
     }
 )
-# What gpusched enforces today; the others join when their plugins do.
-ENFORCED = frozenset(FEATURES - {"pod_affinity", "spread", "volumes"})
+# What gpusched enforces: every feature above (InterPodAffinity, PodTopologySpread and the
+# volume plugins joined in issue 11).
+ENFORCED = FEATURES
 
 NAMESPACE = "diff"
 OTHER_NAMESPACE = "diff-other"

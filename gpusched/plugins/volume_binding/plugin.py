@@ -66,7 +66,7 @@ NAME = "VolumeBinding"
 _SKIP = Status(Code.SKIP, (), NAME)
 
 # kube's ConflictReasons, in the order FindPodVolumes appends them.
-REASON_NODE_CONFLICT = "node(s) had volume node affinity conflict"
+REASON_NODE_CONFLICT = "node(s) didn't match PersistentVolume's node affinity"
 REASON_BIND_CONFLICT = "node(s) didn't find available persistent volumes to bind"
 REASON_PV_NOT_EXIST = "node(s) unavailable due to one or more pvc(s) bound to non-existent pv(s)"
 REASONS = (REASON_NODE_CONFLICT, REASON_BIND_CONFLICT, REASON_PV_NOT_EXIST)

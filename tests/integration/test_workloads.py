@@ -1,0 +1,297 @@
+"""Issue 11's acceptance, as a user would try it on the local control plane: a Deployment
+whose replicas must not share a node, and an Indexed Job whose pods each mount a claim of
+their own (a generic ephemeral volume of a WaitForFirstConsumer class) and one shared
+dataset claim, all with `schedulerName: ai-scheduler`.
+
+Nothing provisions volumes here, so the test creates static PVs first: two `local` PVs per
+node with node affinity for the WaitForFirstConsumer class, and one ReadWriteMany PV without
+node affinity for the dataset. kube-controller-manager makes the pods (deployment, replica
+set, job controllers), the claims (ephemeral-volume-controller) and binds them
+(persistentvolume-binder-controller, once gpusched's PreBind has chosen); KWOK runs the pods.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import pytest
+
+from gpusched.devcluster import LocalCluster
+from gpusched.devcluster.testkit import PAUSE_IMAGE
+from gpusched.kube import JSON, ApiError, Kube, has_condition, wait_for
+from gpusched.model import keys
+from tests.integration.daemon_support import (
+    node_pool,
+    placement,
+    pool_name,
+    pool_node,
+    pool_specs,
+    running_daemon,
+)
+from tests.integration.test_controllers import APPS, JOBS, placed_on, watch_pods
+
+pytestmark = pytest.mark.integration
+
+A100 = ((8, "A100M80", 96_000, 1_048_576, 8),)
+HOSTNAME = "kubernetes.io/hostname"
+PVS = "/api/v1/persistentvolumes"
+CLASSES = "/apis/storage.k8s.io/v1/storageclasses"
+CLAIMS = "/api/v1/namespaces/{namespace}/persistentvolumeclaims"
+NO_PROVISIONER = "kubernetes.io/no-provisioner"
+
+
+def storage_class(name: str, mode: str) -> JSON:
+    return {
+        "apiVersion": "storage.k8s.io/v1",
+        "kind": "StorageClass",
+        "metadata": {"name": name},
+        "provisioner": NO_PROVISIONER,
+        "volumeBindingMode": mode,
+    }
+
+
+def local_pv(name: str, node: str, storage_class: str) -> JSON:
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolume",
+        "metadata": {"name": name},
+        "spec": {
+            "capacity": {"storage": "10Gi"},
+            "accessModes": ["ReadWriteOnce"],
+            "persistentVolumeReclaimPolicy": "Retain",
+            "storageClassName": storage_class,
+            "local": {"path": f"/mnt/{name}"},
+            "nodeAffinity": {
+                "required": {
+                    "nodeSelectorTerms": [
+                        {
+                            "matchExpressions": [
+                                {"key": HOSTNAME, "operator": "In", "values": [node]}
+                            ]
+                        }
+                    ]
+                }
+            },
+        },
+    }
+
+
+def shared_pv(name: str, storage_class: str) -> JSON:
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolume",
+        "metadata": {"name": name},
+        "spec": {
+            "capacity": {"storage": "100Gi"},
+            "accessModes": ["ReadWriteMany"],
+            "persistentVolumeReclaimPolicy": "Retain",
+            "storageClassName": storage_class,
+            "nfs": {"server": "nfs.example.invalid", "path": "/datasets"},
+        },
+    }
+
+
+def claim(name: str, storage_class: str, mode: str, size: str) -> JSON:
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": name},
+        "spec": {
+            "accessModes": [mode],
+            "storageClassName": storage_class,
+            "resources": {"requests": {"storage": size}},
+        },
+    }
+
+
+def container(gpus: int) -> JSON:
+    limits = {keys.GPU_RESOURCE: str(gpus)} if gpus else {}
+    return {
+        "name": "main",
+        "image": PAUSE_IMAGE,
+        "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": limits},
+    }
+
+
+def spread_deployment(name: str, pool: str, replicas: int) -> JSON:
+    where = placement(pool)
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {
+                    "schedulerName": keys.SCHEDULER_NAME,
+                    "nodeSelector": where["node_selector"],
+                    "tolerations": where["tolerations"],
+                    "terminationGracePeriodSeconds": 1,
+                    "affinity": {
+                        "podAntiAffinity": {
+                            "requiredDuringSchedulingIgnoredDuringExecution": [
+                                {
+                                    "labelSelector": {"matchLabels": {"app": name}},
+                                    "topologyKey": HOSTNAME,
+                                }
+                            ]
+                        }
+                    },
+                    "containers": [container(gpus=1)],
+                },
+            },
+        },
+    }
+
+
+def indexed_job(name: str, pool: str, count: int, scratch_class: str, dataset: str) -> JSON:
+    where = placement(pool)
+    scratch: dict[str, Any] = {
+        "name": "scratch",
+        "ephemeral": {
+            "volumeClaimTemplate": {
+                "spec": {
+                    "accessModes": ["ReadWriteOnce"],
+                    "storageClassName": scratch_class,
+                    "resources": {"requests": {"storage": "5Gi"}},
+                }
+            }
+        },
+    }
+    main = container(gpus=1)
+    main["volumeMounts"] = [
+        {"name": "scratch", "mountPath": "/scratch"},
+        {"name": "data", "mountPath": "/data", "readOnly": True},
+    ]
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name},
+        "spec": {
+            "completionMode": "Indexed",
+            "completions": count,
+            "parallelism": count,
+            "backoffLimit": 0,
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {
+                    "schedulerName": keys.SCHEDULER_NAME,
+                    "nodeSelector": where["node_selector"],
+                    "tolerations": where["tolerations"],
+                    "restartPolicy": "Never",
+                    "terminationGracePeriodSeconds": 1,
+                    "volumes": [
+                        scratch,
+                        {"name": "data", "persistentVolumeClaim": {"claimName": dataset}},
+                    ],
+                    "containers": [main],
+                },
+            },
+        },
+    }
+
+
+@asynccontextmanager
+async def cluster_scoped(kube: Kube, objects: list[tuple[str, JSON]]) -> AsyncIterator[None]:
+    """Create StorageClasses and PVs (not namespaced, so the namespace's deletion does
+    not take them); delete them afterwards."""
+    for path, body in objects:
+        await kube.post(path, body)
+    try:
+        yield
+    finally:
+        for path, body in reversed(objects):
+            try:
+                await kube.delete(f"{path}/{body['metadata']['name']}")
+            except ApiError as exc:
+                if exc.status != 404:
+                    raise
+
+
+def pv_node(pv: JSON) -> str:
+    terms = pv["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"]
+    value: str = terms[0]["matchExpressions"][0]["values"][0]
+    return value
+
+
+async def test_spread_deployment_and_indexed_job_with_claims_run(
+    cluster: LocalCluster, kube: Kube, namespace: str
+) -> None:
+    pool = pool_name()
+    specs = pool_specs(pool, 4, shapes=A100)
+    nodes = [pool_node(s, pool) for s in specs]
+    names = [s.name for s in specs]
+    wffc, immediate = f"wffc-{pool}", f"immediate-{pool}"
+    local = [local_pv(f"{pool}-scratch-{n}-{k}", n, wffc) for n in names for k in range(2)]
+    dataset_pv = shared_pv(f"{pool}-dataset", immediate)
+    objects = [
+        (CLASSES, storage_class(wffc, "WaitForFirstConsumer")),
+        (CLASSES, storage_class(immediate, "Immediate")),
+        *[(PVS, pv) for pv in local],
+        (PVS, dataset_pv),
+    ]
+    claims = CLAIMS.format(namespace=namespace)
+    stream = io.StringIO()
+    async with (
+        node_pool(kube, nodes),
+        cluster_scoped(kube, objects),
+        running_daemon(cluster.kubeconfig, stream),
+    ):
+        await kube.post(claims, claim("dataset", immediate, "ReadWriteMany", "50Gi"))
+        await kube.post(APPS.format(namespace=namespace), spread_deployment("infer", pool, 3))
+        await kube.post(
+            JOBS.format(namespace=namespace), indexed_job("train", pool, 8, wffc, "dataset")
+        )
+
+        serving = await watch_pods(kube, namespace, "app=infer", placed_on(set(names), 3))
+        # Required anti-affinity on the hostname: three replicas, three nodes.
+        assert len({p["spec"]["nodeName"] for p in serving.values()}) == 3
+
+        training = await watch_pods(
+            kube,
+            namespace,
+            "app=train",
+            placed_on(set(names), 8, ("Running", "Succeeded")),
+            timeout=120.0,
+        )
+        done = await wait_for(
+            kube,
+            JOBS.format(namespace=namespace),
+            "train",
+            lambda j: has_condition(j, "Complete"),
+            what="the Indexed Job to complete",
+        )
+        assert done["status"]["succeeded"] == 8
+        indexes = {
+            p["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"]
+            for p in training.values()
+        }
+        assert indexes == {str(i) for i in range(8)}
+
+        # Each pod's scratch claim is bound to a local PV on the pod's own node, no PV
+        # twice; the dataset claim to the shared PV.
+        listing = await kube.get(claims)
+        by_name = {c["metadata"]["name"]: c for c in listing["items"]}
+        pvs = {pv["metadata"]["name"]: pv for pv in (await kube.get(PVS))["items"]}
+        used: list[str] = []
+        for name, pod in training.items():
+            scratch = by_name[f"{name}-scratch"]
+            assert scratch["status"]["phase"] == "Bound", scratch["status"]
+            volume = scratch["spec"]["volumeName"]
+            assert pv_node(pvs[volume]) == pod["spec"]["nodeName"], (name, volume)
+            used.append(volume)
+        assert len(set(used)) == 8
+        dataset = by_name["dataset"]
+        assert dataset["status"]["phase"] == "Bound"
+        assert dataset["spec"]["volumeName"] == dataset_pv["metadata"]["name"]
+
+        for path, name in ((APPS, "infer"), (JOBS, "train")):
+            await kube.delete(
+                f"{path.format(namespace=namespace)}/{name}",
+                query=[("propagationPolicy", "Background")],
+            )
