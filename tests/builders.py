@@ -34,12 +34,12 @@ from gpusched.framework import FilterResult, Mask, Rows
 from gpusched.framework.registry import Registry
 from gpusched.model.node import Card, NodeModel, Taint
 from gpusched.model.pod import PodInfo, PodRequest
+from gpusched.model.selector import Requirement
 from gpusched.model.volume import (
     Claim,
     NodeSelectorTerm,
     PersistentVolume,
     PodVolume,
-    Requirement,
     StorageClass,
 )
 from gpusched.plugins import default_registry

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpusched.model.quantity import QuantityError, to_int
+from gpusched.model.selector import LABEL_OPERATORS, NODE_OPERATORS, LabelSelector, Requirement
 
 BETA_STORAGE_CLASS = "volume.beta.kubernetes.io/storage-class"
 ANN_BIND_COMPLETED = "pv.kubernetes.io/bind-completed"
@@ -62,48 +63,9 @@ def _labels(meta: Mapping[str, Any], key: str) -> Mapping[str, str]:
 # -- selectors --------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class Requirement:
-    """One requirement of a node selector term, a label selector or a topology term, with
-    apimachinery's semantics (NotIn and DoesNotExist hold for an absent key)."""
-
-    key: str
-    op: str  # In, NotIn, Exists, DoesNotExist, Gt, Lt
-    values: frozenset[str] = frozenset()
-
-    def matches(self, labels: Mapping[str, str]) -> bool:
-        got = labels.get(self.key)
-        op = self.op
-        if op == "In":
-            return got is not None and got in self.values
-        if op == "NotIn":
-            return got is None or got not in self.values
-        if op == "Exists":
-            return got is not None
-        if op == "DoesNotExist":
-            return got is None
-        if op in ("Gt", "Lt") and got is not None and len(self.values) == 1:
-            bound = _int64(next(iter(self.values)))
-            have = _int64(got)
-            if bound is None or have is None:
-                return False
-            return have > bound if op == "Gt" else have < bound
-        return False
-
-
-def _int64(text: str) -> int | None:
-    body = text[1:] if text[:1] in "+-" else text
-    if not body or not body.isascii() or not body.isdigit():
-        return None
-    value = int(text)
-    return value if -(2**63) <= value < 2**63 else None
-
-
-_NODE_OPS = frozenset(("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"))
-_LABEL_OPS = frozenset(("In", "NotIn", "Exists", "DoesNotExist"))
-
-
-def _requirement(raw: Any, where: str, ops: frozenset[str], errors: list[str]) -> Requirement:
+def _requirement(raw: Any, where: str, ops: tuple[str, ...], errors: list[str]) -> Requirement:
+    # Lenient on purpose (malformed fields never raise): an unknown operator is reported and
+    # its Requirement matches nothing, as does a Gt / Lt without one integer bound.
     key = _str(raw, "key")
     op = _str(raw, "operator")
     values = frozenset(_strings(_list(raw, "values")))
@@ -145,26 +107,16 @@ def _node_terms(raw: Any, where: str, errors: list[str]) -> tuple[NodeSelectorTe
         terms.append(
             NodeSelectorTerm(
                 tuple(
-                    _requirement(r, f"{here}.matchExpressions[{j}]", _NODE_OPS, errors)
+                    _requirement(r, f"{here}.matchExpressions[{j}]", NODE_OPERATORS, errors)
                     for j, r in enumerate(_list(t, "matchExpressions"))
                 ),
                 tuple(
-                    _requirement(r, f"{here}.matchFields[{j}]", _NODE_OPS, errors)
+                    _requirement(r, f"{here}.matchFields[{j}]", NODE_OPERATORS, errors)
                     for j, r in enumerate(_list(t, "matchFields"))
                 ),
             )
         )
     return tuple(terms)
-
-
-@dataclass(frozen=True, slots=True)
-class LabelSelector:
-    """metav1.LabelSelector: matchLabels and matchExpressions, all ANDed; empty = all."""
-
-    requirements: tuple[Requirement, ...] = ()
-
-    def matches(self, labels: Mapping[str, str]) -> bool:
-        return all(r.matches(labels) for r in self.requirements)
 
 
 def _label_selector(raw: Any, where: str, errors: list[str]) -> LabelSelector | None:
@@ -176,7 +128,7 @@ def _label_selector(raw: Any, where: str, errors: list[str]) -> LabelSelector | 
         if isinstance(v, str)
     ]
     reqs.extend(
-        _requirement(r, f"{where}.matchExpressions[{j}]", _LABEL_OPS, errors)
+        _requirement(r, f"{where}.matchExpressions[{j}]", LABEL_OPERATORS, errors)
         for j, r in enumerate(_list(raw, "matchExpressions"))
     )
     return LabelSelector(tuple(reqs))

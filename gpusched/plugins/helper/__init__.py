@@ -5,8 +5,9 @@ plugins share lives here: score normalisation and toleration matching (exported 
 and, imported by module, `gpu_state` (what GPUFit computes once per pod and the other GPU
 plugins read), `fgd_target` (the FGD target workload and fragmentation cache, also the
 simulator's), `row_cache` (per-row results of recent request shapes), `node_selector` and
-`label_index` (node selectors over the snapshot's label sets: NodeAffinity,
-PodTopologySpread).
+`label_index` (node selectors and topology domains over the snapshot's label sets:
+NodeAffinity, PodTopologySpread, InterPodAffinity), `pod_selector` (label selectors over
+pods and namespaces: InterPodAffinity, PodTopologySpread).
 """
 
 from gpusched.plugins.helper.normalize import default_normalize_score

@@ -9,9 +9,13 @@ requirement is then one vector op over that column.
 
 Label-set ids are content-addressed and never reused within an epoch of the snapshot's
 interner (`NodeColumns.labelsets.epoch`), so columns never go stale; a freed id keeps an
-empty dict here (no row points at it). A plugin (NodeAffinity, PodTopologySpread) drops its
-whole index when the handle hands out a different Snapshot object or the epoch changes
-(ids renumbered).
+empty dict here (no row points at it). A plugin (NodeAffinity, PodTopologySpread,
+InterPodAffinity) drops its whole index when the handle hands out a different Snapshot
+object or the epoch changes (ids renumbered): `synced_index`.
+
+The same columns give each row's topology domain for a key (`LabelIndex.rows`, the dense
+value id through `node_labelset`), which PodTopologySpread and InterPodAffinity's kernels
+index by.
 """
 
 from __future__ import annotations
@@ -23,7 +27,8 @@ from numpy.typing import NDArray
 
 from gpusched.framework.interfaces import Rows
 from gpusched.framework.snapshot import MAX_WATCHED_KEYS, NodeColumns
-from gpusched.plugins.helper.node_selector import Required, Requirement, Term, parse_int64
+from gpusched.model.selector import Requirement, parse_int64
+from gpusched.plugins.helper.node_selector import Required, Term
 
 Bools = NDArray[np.bool_]
 
@@ -96,6 +101,19 @@ class LabelIndex:
         col.extend(self._dicts, key)
         return col
 
+    def rows(self, key: str) -> tuple[NDArray[np.int32], list[str]]:
+        """Each snapshot row's value id for `key` (length `len(snapshot.node_valid)`; -1 for
+        an empty row or a node without the key) and the values by id: a row's topology
+        domain (PodTopologySpread, InterPodAffinity). Call `sync` first."""
+        col = self.column(key)
+        labelset = self.snapshot.node_labelset
+        out = np.full(len(labelset), -1, np.int32)
+        # An empty row's label set is -1 (the snapshot frees it with the node).
+        has = labelset >= 0
+        if len(col.codes):
+            out[has] = col.codes[labelset[has]]
+        return out, col.values
+
     # -- selectors as masks over label-set ids -----------------------------------------------
 
     def requirement(self, r: Requirement) -> Bools:
@@ -114,7 +132,7 @@ class LabelIndex:
         if r.op == "DoesNotExist":
             return ~present
         safe = np.where(present, col.codes, 0)
-        if len(col.values) == 0:
+        if len(col.values) == 0 or r.number is None:
             return np.zeros(len(col.codes), np.bool_)
         nums = col.numbers[safe]
         cmp = nums > r.number if r.op == "Gt" else nums < r.number
@@ -135,6 +153,16 @@ class LabelIndex:
                 return np.zeros(len(self._dicts), np.bool_)
             out &= col.codes == vid
         return out
+
+
+def synced_index(index: LabelIndex | None, snapshot: NodeColumns) -> LabelIndex:
+    """`index` if it still belongs to `snapshot` (the same object, the same epoch of label-set
+    ids), else a new one; synced. The caller declares its keys watched before (declaring
+    one may renumber the label sets)."""
+    if index is None or index.snapshot is not snapshot or index.epoch != snapshot.labelsets.epoch:
+        index = LabelIndex(snapshot)
+    index.sync()
+    return index
 
 
 def field_mask(snap: NodeColumns, rows: Rows, term: Term) -> Bools:

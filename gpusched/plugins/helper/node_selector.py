@@ -6,7 +6,8 @@ nodeaffinity and apimachinery's labels.Requirement do.
   matches nothing; inside a term every requirement must hold (ANDed).
 - In: label present with one of the values. NotIn: label absent, or its value not listed.
   Exists / DoesNotExist: presence. Gt / Lt: label present, both sides base-10 int64, and a
-  strict comparison; a label that is not an integer does not match.
+  strict comparison; a label that is not an integer does not match. (One `Requirement`
+  for every selector, `gpusched/model/selector.py`; node selectors alone take Gt / Lt.)
 - matchFields: only `metadata.name`, operators In/NotIn with exactly one value.
 - preferred terms: the weights of the matching terms add up; weight 0 and empty terms are
   skipped.
@@ -18,88 +19,37 @@ of silently matching nothing.
 
 from __future__ import annotations
 
-import json
-import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from gpusched.model.selector import (
+    NODE_OPERATORS,
+    Requirement,
+    as_list,
+    as_map,
+    freeze,
+    invalid,
+    label_key_error,
+    label_value_error,
+    parse_int64,
+    quote,
+)
+
+__all__ = [
+    "FieldRequirement",
+    "Preferred",
+    "Required",
+    "Requirement",
+    "Term",
+    "freeze",
+    "parse_preferred",
+    "parse_required",
+    "parse_term",
+]
+
 OBJECT_NAME_FIELD = "metadata.name"
-OPERATORS = ("DoesNotExist", "Exists", "Gt", "In", "Lt", "NotIn")
 FIELD_OPERATORS = ("In", "NotIn")
-
-_INT64 = re.compile(r"[+-]?[0-9]+\Z")
-_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]\Z")
-_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*\Z")
-_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
-
-
-def parse_int64(text: str) -> int | None:
-    """strconv.ParseInt(text, 10, 64): optional sign, ASCII digits, in range; else None.
-    (Python's int() would also take spaces, underscores and other scripts' digits.)"""
-    if not _INT64.match(text):
-        return None
-    value = int(text)
-    return value if _INT64_MIN <= value <= _INT64_MAX else None
-
-
-def _quote(value: Any) -> str:
-    try:
-        return json.dumps(value)
-    except (TypeError, ValueError):
-        return repr(value)
-
-
-def _invalid(path: str, value: Any, message: str) -> str:
-    """The API server's field.Invalid text: `path: Invalid value: "v": message`."""
-    return f"{path}: Invalid value: {_quote(value)}: {message}"
-
-
-def _label_key_error(key: str) -> str | None:
-    prefix, slash, name = key.rpartition("/")
-    if slash and (not prefix or len(prefix) > 253 or not _DNS_SUBDOMAIN.match(prefix)):
-        return "prefix part must be a lowercase RFC 1123 subdomain of at most 253 characters"
-    if not name or len(name) > 63 or not _NAME.match(name):
-        return (
-            "name part must be 1-63 alphanumeric characters, '-', '_' or '.', starting and"
-            " ending with an alphanumeric character"
-        )
-    return None
-
-
-def _label_value_error(value: str) -> str | None:
-    if value == "" or (len(value) <= 63 and _NAME.match(value)):
-        return None
-    return (
-        "a valid label value must be empty or 1-63 alphanumeric characters, '-', '_' or '.',"
-        " starting and ending with an alphanumeric character"
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class Requirement:
-    key: str
-    op: str
-    values: frozenset[str]
-    number: int = 0  # the Gt/Lt bound
-
-    def matches(self, labels: Mapping[str, str]) -> bool:
-        got = labels.get(self.key)
-        op = self.op
-        if op == "In":
-            return got is not None and got in self.values
-        if op == "NotIn":
-            return got is None or got not in self.values
-        if op == "Exists":
-            return got is not None
-        if op == "DoesNotExist":
-            return got is None
-        if got is None:
-            return False
-        value = parse_int64(got)
-        if value is None:
-            return False
-        return value > self.number if op == "Gt" else value < self.number
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,30 +111,17 @@ class Preferred:
 # -- parsing ---------------------------------------------------------------------------------
 
 
-def _as_list(raw: Any, path: str, errors: list[str]) -> Sequence[Any]:
-    if raw is None:
-        return ()
-    if isinstance(raw, list | tuple):
-        return raw
-    errors.append(f"{path}: Invalid value: {_quote(raw)}: must be a list")
-    return ()
-
-
 def _as_map(raw: Any, path: str, errors: list[str]) -> Mapping[str, Any]:
-    if raw is None:
-        return {}
-    if isinstance(raw, Mapping):
-        return raw
-    errors.append(f"{path}: Invalid value: {_quote(raw)}: must be an object")
-    return {}
+    """An object field where null reads as empty (a null term is an empty term)."""
+    return {} if raw is None else as_map(raw, path, errors)
 
 
 def _values(expr: Mapping[str, Any], path: str, errors: list[str]) -> list[str]:
-    raw = _as_list(expr.get("values"), f"{path}.values", errors)
+    raw = as_list(expr.get("values"), f"{path}.values", errors)
     out: list[str] = []
     for i, v in enumerate(raw):
         if not isinstance(v, str):
-            errors.append(f"{path}.values[{i}]: Invalid value: {_quote(v)}: must be a string")
+            errors.append(f"{path}.values[{i}]: Invalid value: {quote(v)}: must be a string")
             continue
         out.append(v)
     return out
@@ -196,41 +133,37 @@ def _requirement(expr: Mapping[str, Any], path: str, errors: list[str]) -> Requi
     op = expr.get("operator")
     values = _values(expr, path, errors)
     if not isinstance(key, str):
-        errors.append(f"{path}.key: Invalid value: {_quote(key)}: must be a string")
+        errors.append(f"{path}.key: Invalid value: {quote(key)}: must be a string")
         key = ""
-    elif (msg := _label_key_error(key)) is not None:
-        errors.append(f"{path}.key: Invalid value: {_quote(key)}: {msg}")
-    if op not in OPERATORS:
-        supported = ", ".join(f'"{o}"' for o in OPERATORS)
+    elif (msg := label_key_error(key)) is not None:
+        errors.append(f"{path}.key: Invalid value: {quote(key)}: {msg}")
+    if op not in NODE_OPERATORS:
+        supported = ", ".join(f'"{o}"' for o in NODE_OPERATORS)
         errors.append(
-            f"{path}.operator: Unsupported value: {_quote(op)}: supported values: {supported}"
+            f"{path}.operator: Unsupported value: {quote(op)}: supported values: {supported}"
         )
         return None
-    number = 0
     if op in ("In", "NotIn") and not values:
         errors.append(
-            _invalid(f"{path}.values", [], "for 'In', 'NotIn' operators, values set can't be empty")
+            invalid(f"{path}.values", [], "for 'In', 'NotIn' operators, values set can't be empty")
         )
     elif op in ("Exists", "DoesNotExist") and values:
         msg = "values set must be empty for exists and does not exist"
-        errors.append(_invalid(f"{path}.values", values, msg))
+        errors.append(invalid(f"{path}.values", values, msg))
     elif op in ("Gt", "Lt"):
         if len(values) != 1:
             msg = "for 'Gt', 'Lt' operators, exactly one value is required"
-            errors.append(_invalid(f"{path}.values", values, msg))
+            errors.append(invalid(f"{path}.values", values, msg))
         for i, v in enumerate(values):
-            parsed = parse_int64(v)
-            if parsed is None:
+            if parse_int64(v) is None:
                 msg = "for 'Gt', 'Lt' operators, the value must be an integer"
-                errors.append(_invalid(f"{path}.values[{i}]", v, msg))
-            else:
-                number = parsed
+                errors.append(invalid(f"{path}.values[{i}]", v, msg))
     for i, v in enumerate(values):
-        if (msg := _label_value_error(v)) is not None:
-            errors.append(f"{path}.values[{i}]: Invalid value: {_quote(v)}: {msg}")
+        if (msg := label_value_error(v)) is not None:
+            errors.append(f"{path}.values[{i}]: Invalid value: {quote(v)}: {msg}")
     if len(errors) > before:
         return None
-    return Requirement(key, str(op), frozenset(values), number)
+    return Requirement(key, str(op), frozenset(values))
 
 
 def _field_requirement(
@@ -242,15 +175,15 @@ def _field_requirement(
     values = _values(expr, path, errors)
     if key != OBJECT_NAME_FIELD:
         errors.append(
-            f'{path}.key: Unsupported value: {_quote(key)}: supported values: "{OBJECT_NAME_FIELD}"'
+            f'{path}.key: Unsupported value: {quote(key)}: supported values: "{OBJECT_NAME_FIELD}"'
         )
     if op not in FIELD_OPERATORS:
         errors.append(
-            f'{path}.operator: Unsupported value: {_quote(op)}: supported values: "In", "NotIn"'
+            f'{path}.operator: Unsupported value: {quote(op)}: supported values: "In", "NotIn"'
         )
     elif len(values) != 1:
         msg = "must have one element for 'In', 'NotIn' operators on a node field selector"
-        errors.append(_invalid(f"{path}.values", values, msg))
+        errors.append(invalid(f"{path}.values", values, msg))
     if len(errors) > before:
         return None
     return FieldRequirement(str(op), values[0])
@@ -259,8 +192,8 @@ def _field_requirement(
 def parse_term(raw: Any, path: str, errors: list[str]) -> Term | None:
     """A nodeSelectorTerm, or None for an empty term (which selects nothing) or an error."""
     term = _as_map(raw, path, errors)
-    exprs = _as_list(term.get("matchExpressions"), f"{path}.matchExpressions", errors)
-    fields = _as_list(term.get("matchFields"), f"{path}.matchFields", errors)
+    exprs = as_list(term.get("matchExpressions"), f"{path}.matchExpressions", errors)
+    fields = as_list(term.get("matchFields"), f"{path}.matchFields", errors)
     if not exprs and not fields:
         return None
     before = len(errors)
@@ -295,7 +228,7 @@ def parse_required(
     if raw is None:
         return Required(ns, None) if ns else None
     where = f"{path}.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms"
-    raw_terms = _as_list(_as_map(raw, where, errors).get("nodeSelectorTerms"), where, errors)
+    raw_terms = as_list(_as_map(raw, where, errors).get("nodeSelectorTerms"), where, errors)
     terms = [parse_term(t, f"{where}[{i}]", errors) for i, t in enumerate(raw_terms)]
     # Present but empty (or only empty terms): matches no node, as upstream.
     return Required(ns, tuple(t for t in terms if t is not None))
@@ -305,31 +238,17 @@ def parse_preferred(
     node_affinity: Mapping[str, Any], path: str, errors: list[str]
 ) -> Preferred | None:
     where = f"{path}.preferredDuringSchedulingIgnoredDuringExecution"
-    raw = _as_list(node_affinity.get(where.rsplit(".", 1)[1]), where, errors)
+    raw = as_list(node_affinity.get(where.rsplit(".", 1)[1]), where, errors)
     out: list[tuple[int, Term]] = []
     for i, item in enumerate(raw):
         p = f"{where}[{i}]"
         pref = _as_map(item, p, errors)
         weight = pref.get("weight", 0)
         if not isinstance(weight, int) or isinstance(weight, bool):
-            errors.append(f"{p}.weight: Invalid value: {_quote(weight)}: must be an integer")
+            errors.append(f"{p}.weight: Invalid value: {quote(weight)}: must be an integer")
             continue
         term = parse_term(pref.get("preference"), f"{p}.preference", errors)
         if weight == 0 or term is None:
             continue  # upstream skips zero weights and empty preferences
         out.append((weight, term))
     return Preferred(tuple(out)) if out else None
-
-
-def freeze(obj: Any) -> Any:
-    """A hashable, order-insensitive-for-maps signature of raw spec data (cache key)."""
-    if isinstance(obj, Mapping):
-        return tuple(sorted((str(k), freeze(v)) for k, v in obj.items()))
-    if isinstance(obj, list | tuple):
-        return tuple(freeze(v) for v in obj)
-    if isinstance(obj, bool | float):
-        # True == 1 == 1.0 hash alike; tag them so `weight: true` never reuses `weight: 1`.
-        return (type(obj).__name__, obj)
-    if isinstance(obj, str | int) or obj is None:
-        return obj
-    return repr(obj)

@@ -1,7 +1,7 @@
 """InterPodAffinity (PreFilter, Filter, PreScore, Score, NormalizeScore).
 
 kube-scheduler's plugin over the whole snapshot at once. Counting is per topology domain: a
-row's domain for a key is its node's value of that label (plugins/helper/topology_domains),
+row's domain for a key is its node's value of that label (plugins/helper/label_index),
 the cache counts the pods a selector matches per row (`Handle.count_matching_pods`, never a
 walk over every pod), the `domain_counts` kernel sums them per domain and `domain_gather`
 reads each row's domain back. Other pods' terms are read only from the pods that carry
@@ -60,14 +60,14 @@ from gpusched.kernels import (
 )
 from gpusched.kernels.dispatch import pick
 from gpusched.model.pod import PodInfo
+from gpusched.model.selector import freeze
+from gpusched.plugins.helper.label_index import LabelIndex, synced_index
 from gpusched.plugins.helper.pod_selector import PodSelector
-from gpusched.plugins.helper.topology_domains import TopologyDomains
 from gpusched.plugins.inter_pod_affinity.args import InterPodAffinityArgs
 from gpusched.plugins.inter_pod_affinity.terms import (
     NONE,
     AffinityTerm,
     PodTerms,
-    freeze,
     has_pod_affinity,
     parse_pod_terms,
 )
@@ -143,7 +143,7 @@ class InterPodAffinity:
             # Configuration is validated before plugins are built; this guards direct use.
             raise ValueError("; ".join(f"{f}: {m}" for f, m in problems))
         self.handle = handle
-        self._domains = TopologyDomains()
+        self._index: LabelIndex | None = None
         self._terms_cache: dict[Any, PodTerms] = {}
         # Existing pods' terms by uid, with the PodInfo they were read from: a cycle reads
         # every pod with terms, and a pod's version changes only when the watch says so.
@@ -201,9 +201,10 @@ class InterPodAffinity:
         before any is read: declaring a new one may renumber the label sets."""
         snap = self.handle.snapshot
         snap.watch_labels(keys)
+        index = self._index = synced_index(self._index, snap)
         out: dict[str, tuple[NDArray[np.int32], int]] = {}
         for key in keys:
-            rows, values = self._domains.rows(snap, key)
+            rows, values = index.rows(key)
             out[key] = (rows, len(values))
         return out
 

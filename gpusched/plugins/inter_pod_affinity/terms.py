@@ -11,17 +11,17 @@ matchLabelKeys / mismatchLabelKeys are merged into the selector from the term ow
 
 from __future__ import annotations
 
-import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from gpusched.model.pod import PodInfo
+from gpusched.model.selector import as_list, label_key_error, quote
 from gpusched.plugins.helper.pod_selector import (
     LabelSelector,
     NamespaceScope,
     PodSelector,
-    label_key_error,
+    parse_label_keys,
     parse_label_selector,
     parse_namespace_scope,
     with_label_keys,
@@ -73,44 +73,22 @@ class PodTerms:
 NONE = PodTerms()
 
 
-def _quote(value: Any) -> str:
-    try:
-        return json.dumps(value)
-    except (TypeError, ValueError):
-        return repr(value)
-
-
-def _keys(raw: Any, path: str, errors: list[str]) -> list[str]:
-    if raw is None:
-        return []
-    if not isinstance(raw, list | tuple):
-        errors.append(f"{path}: Invalid value: {_quote(raw)}: must be a list")
-        return []
-    out = []
-    for i, k in enumerate(raw):
-        if not isinstance(k, str) or label_key_error(k) is not None:
-            errors.append(f"{path}[{i}]: Invalid value: {_quote(k)}: must be a label key")
-        else:
-            out.append(k)
-    return out
-
-
 def _term(pod: PodInfo, raw: Any, path: str, errors: list[str]) -> AffinityTerm | None:
     if not isinstance(raw, Mapping):
-        errors.append(f"{path}: Invalid value: {_quote(raw)}: must be an object")
+        errors.append(f"{path}: Invalid value: {quote(raw)}: must be an object")
         return None
     before = len(errors)
     key = raw.get("topologyKey")
     if not isinstance(key, str) or not key:
         errors.append(f"{path}.topologyKey: Required value: can not be empty")
     elif (msg := label_key_error(key)) is not None:
-        errors.append(f"{path}.topologyKey: Invalid value: {_quote(key)}: {msg}")
+        errors.append(f"{path}.topologyKey: Invalid value: {quote(key)}: {msg}")
     selector = parse_label_selector(raw.get("labelSelector"), f"{path}.labelSelector", errors)
     selector = with_label_keys(
         selector,
         pod.labels,
-        _keys(raw.get("matchLabelKeys"), f"{path}.matchLabelKeys", errors),
-        _keys(raw.get("mismatchLabelKeys"), f"{path}.mismatchLabelKeys", errors),
+        parse_label_keys(raw.get("matchLabelKeys"), f"{path}.matchLabelKeys", errors),
+        parse_label_keys(raw.get("mismatchLabelKeys"), f"{path}.mismatchLabelKeys", errors),
     )
     scope = parse_namespace_scope(
         pod.namespace, raw.get("namespaces"), raw.get("namespaceSelector"), path, errors
@@ -120,39 +98,30 @@ def _term(pod: PodInfo, raw: Any, path: str, errors: list[str]) -> AffinityTerm 
     return AffinityTerm(scope, selector, str(key))
 
 
-def _list(raw: Any, path: str, errors: list[str]) -> Sequence[Any]:
-    if raw is None:
-        return ()
-    if isinstance(raw, list | tuple):
-        return raw
-    errors.append(f"{path}: Invalid value: {_quote(raw)}: must be a list")
-    return ()
-
-
 def _block(
     pod: PodInfo, raw: Any, path: str, errors: list[str]
 ) -> tuple[tuple[AffinityTerm, ...], tuple[WeightedTerm, ...]]:
     if raw is None:
         return (), ()
     if not isinstance(raw, Mapping):
-        errors.append(f"{path}: Invalid value: {_quote(raw)}: must be an object")
+        errors.append(f"{path}: Invalid value: {quote(raw)}: must be an object")
         return (), ()
     req_path = f"{path}.requiredDuringSchedulingIgnoredDuringExecution"
     required = [
         _term(pod, t, f"{req_path}[{i}]", errors)
-        for i, t in enumerate(_list(raw.get(req_path.rsplit(".", 1)[1]), req_path, errors))
+        for i, t in enumerate(as_list(raw.get(req_path.rsplit(".", 1)[1]), req_path, errors))
     ]
     pref_path = f"{path}.preferredDuringSchedulingIgnoredDuringExecution"
     preferred: list[WeightedTerm] = []
-    for i, item in enumerate(_list(raw.get(pref_path.rsplit(".", 1)[1]), pref_path, errors)):
+    for i, item in enumerate(as_list(raw.get(pref_path.rsplit(".", 1)[1]), pref_path, errors)):
         where = f"{pref_path}[{i}]"
         if not isinstance(item, Mapping):
-            errors.append(f"{where}: Invalid value: {_quote(item)}: must be an object")
+            errors.append(f"{where}: Invalid value: {quote(item)}: must be an object")
             continue
         weight = item.get("weight")
         if not isinstance(weight, int) or isinstance(weight, bool) or not 1 <= weight <= 100:
             errors.append(
-                f"{where}.weight: Invalid value: {_quote(weight)}: must be in the range 1-100"
+                f"{where}.weight: Invalid value: {quote(weight)}: must be in the range 1-100"
             )
             continue
         term = _term(pod, item.get("podAffinityTerm"), f"{where}.podAffinityTerm", errors)
@@ -178,16 +147,3 @@ def parse_pod_terms(pod: PodInfo) -> PodTerms:
         pod, aff.get("podAntiAffinity"), f"{PREFIX}.podAntiAffinity", errors
     )
     return PodTerms(req_aff, req_anti, pref_aff, pref_anti, tuple(errors))
-
-
-def freeze(obj: Any) -> Any:
-    """A hashable signature of raw spec data (a cache key)."""
-    if isinstance(obj, Mapping):
-        return tuple(sorted((str(k), freeze(v)) for k, v in obj.items()))
-    if isinstance(obj, list | tuple):
-        return tuple(freeze(v) for v in obj)
-    if isinstance(obj, bool | float):
-        return (type(obj).__name__, obj)
-    if isinstance(obj, str | int) or obj is None:
-        return obj
-    return repr(obj)

@@ -28,7 +28,13 @@ from gpusched.framework.cycle_state import CycleState, StateKey
 from gpusched.framework.interfaces import FilterResult, Handle, Mask, PreFilterResult, Rows, Scores
 from gpusched.framework.status import Code, Status
 from gpusched.model.pod import PodInfo
-from gpusched.plugins.helper.label_index import Bools, LabelIndex, RequiredEval, field_mask
+from gpusched.plugins.helper.label_index import (
+    Bools,
+    LabelIndex,
+    RequiredEval,
+    field_mask,
+    synced_index,
+)
 from gpusched.plugins.helper.node_selector import (
     Preferred,
     Required,
@@ -136,13 +142,8 @@ class NodeAffinity:
             snap.watch_labels(keys)
         if self._added_keys:
             snap.watch_labels(self._added_keys)
-        index = self._index
-        if index is None or index.snapshot is not snap or index.epoch != snap.labelsets.epoch:
-            # Label-set ids belong to one Snapshot object and one epoch of its ids (they
-            # are renumbered when freed ones pile up or a new key is watched): start afresh.
-            # The parsed selectors stay; their tables follow the new index.
-            index = self._index = LabelIndex(snap)
-        index.sync()
+        # The parsed selectors stay across a new index; their tables follow it.
+        index = self._index = synced_index(self._index, snap)
         return index
 
     def _entry(self, pod: PodInfo) -> _Entry:

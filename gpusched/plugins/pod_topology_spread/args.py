@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from gpusched.plugins.pod_topology_spread.selector import (
+from gpusched.plugins.pod_topology_spread.constraints import (
     DO_NOT_SCHEDULE,
     HOSTNAME,
     SCHEDULE_ANYWAY,

@@ -45,8 +45,9 @@ from gpusched.kernels.spread_filter import (
 )
 from gpusched.kernels.spread_score import spread_score_nb, spread_score_np
 from gpusched.model.pod import PodInfo
-from gpusched.plugins.helper.label_index import LabelIndex, RequiredEval
+from gpusched.plugins.helper.label_index import LabelIndex, RequiredEval, synced_index
 from gpusched.plugins.helper.node_selector import Required, freeze, parse_required
+from gpusched.plugins.helper.pod_selector import EVERYTHING, LabelSelector
 from gpusched.plugins.helper.tolerations import (
     NO_EXECUTE,
     NO_SCHEDULE,
@@ -54,11 +55,10 @@ from gpusched.plugins.helper.tolerations import (
     tolerated,
 )
 from gpusched.plugins.pod_topology_spread.args import SYSTEM, PodTopologySpreadArgs
-from gpusched.plugins.pod_topology_spread.selector import (
+from gpusched.plugins.pod_topology_spread.constraints import (
     DO_NOT_SCHEDULE,
     HOSTNAME,
     Constraint,
-    Selector,
     pod_constraints,
 )
 
@@ -86,7 +86,7 @@ class _ScoreState:
 _FILTER: StateKey[tuple[Constraint, ...]] = StateKey("PodTopologySpread/preFilter")
 _SCORE: StateKey[_ScoreState] = StateKey("PodTopologySpread/preScore")
 # Per-node counts by (controller uid, selector), shared by Filter and Score of one cycle.
-_COUNTS: StateKey[dict[tuple[str, Selector], Counts]] = StateKey("PodTopologySpread/counts")
+_COUNTS: StateKey[dict[tuple[str, LabelSelector], Counts]] = StateKey("PodTopologySpread/counts")
 
 
 def _required_keys(req: Required) -> tuple[str, ...]:
@@ -103,7 +103,7 @@ def _matcher(c: Constraint) -> Callable[[PodInfo], bool]:
     uid = c.controller_uid
     if uid:
         return lambda p: p.controller[1] == uid and not p.deleting
-    reqs = c.selector.requirements
+    reqs = c.selector.requirements or ()
     if all(r.op == "In" and len(r.values) == 1 for r in reqs):
         pairs = tuple((r.key, next(iter(r.values))) for r in reqs)
         if len(pairs) == 1:
@@ -160,7 +160,7 @@ class PodTopologySpread:
             Constraint(
                 d.max_skew,
                 d.topology_key,
-                Selector(),
+                EVERYTHING,
                 d.when_unsatisfiable == DO_NOT_SCHEDULE,
                 controller_uid=uid,
             )
@@ -173,11 +173,7 @@ class PodTopologySpread:
     def _sync(self, keys: tuple[str, ...]) -> LabelIndex:
         snap = self.handle.snapshot
         snap.watch_labels(keys)
-        index = self._index
-        if index is None or index.snapshot is not snap or index.epoch != snap.labelsets.epoch:
-            # Label-set ids belong to one Snapshot object and one epoch of its ids.
-            index = self._index = LabelIndex(snap)
-        index.sync()
+        index = self._index = synced_index(self._index, snap)
         return index
 
     def _affinity_eval(self, pod: PodInfo) -> RequiredEval | None:
@@ -209,16 +205,11 @@ class PodTopologySpread:
         index = self._sync(keys)
         snap = self.handle.snapshot
         n = len(snap.node_valid)
-        ls = snap.node_labelset[:n]
-        has_set = ls >= 0
-        safe = np.where(has_set, ls, 0)
         dom = np.full((len(cs), n), -1, np.int32)
         width = 1
         for k, c in enumerate(cs):
-            col = index.column(c.topology_key)
-            if len(col.codes):
-                dom[k] = np.where(has_set, col.codes[safe], -1)
-            width = max(width, len(col.values))
+            dom[k], values = index.rows(c.topology_key)
+            width = max(width, len(values))
         base = snap.node_valid[:n].copy()
         if require_all:
             base &= (dom >= 0).all(axis=0)
@@ -270,7 +261,7 @@ class PodTopologySpread:
         snap = self.handle.snapshot
         out = np.zeros((len(cs), n), np.int64)
         for k, c in enumerate(cs):
-            if not c.controller_uid and c.selector.counts_nothing:
+            if not c.controller_uid and not c.selector.requirements:
                 continue  # kube counts no pod for an empty or nil selector
             key = (c.controller_uid, c.selector)
             got = cache.get(key)

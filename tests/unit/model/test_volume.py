@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 
 from gpusched.model.pod import pod_from_k8s
+from gpusched.model.selector import Requirement
 from gpusched.model.volume import (
     Disk,
     NodeSelectorTerm,
     PodVolume,
-    Requirement,
     TopologyTerm,
     claim_from_k8s,
     csi_node_from_k8s,

@@ -8,13 +8,12 @@ from dataclasses import replace
 import pytest
 
 from gpusched.framework.volumes import NO_VOLUMES
+from gpusched.model.selector import LabelSelector, Requirement
 from gpusched.model.volume import (
     Claim,
     ClaimRef,
-    LabelSelector,
     PersistentVolume,
     PodVolume,
-    Requirement,
 )
 from gpusched.plugins.helper.volumes import candidates, find_matching_volume, pod_claims
 from tests.builders import GiB, claim, pod, pv, pvc_volume

@@ -14,11 +14,11 @@ import pytest
 from gpusched.framework import CycleState
 from gpusched.framework.status import Code, Status
 from gpusched.model.pod import PodInfo
+from gpusched.model.selector import Requirement
 from gpusched.model.volume import (
     ClaimRef,
     NodeSelectorTerm,
     PodVolume,
-    Requirement,
     TopologyTerm,
 )
 from gpusched.plugins.helper.volumes import find_matching_volume
