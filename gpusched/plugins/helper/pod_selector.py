@@ -24,7 +24,7 @@ Shared by the plugins that count other pods (InterPodAffinity, PodTopologySpread
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,6 +37,7 @@ from gpusched.model.selector import (
     Requirement,
     as_list,
     as_map,
+    invalid,
     label_key_error,
     label_value_error,
     quote,
@@ -57,24 +58,18 @@ __all__ = [
 ]
 
 
-def _key(key: Any, path: str, errors: list[str]) -> str | None:
-    if not isinstance(key, str):
-        errors.append(f"{path}: Invalid value: {quote(key)}: must be a string")
+def _checked(
+    raw: Any, syntax_error: Callable[[str], str | None], path: str, errors: list[str]
+) -> str | None:
+    """`raw` if it is a string `syntax_error` finds nothing wrong with (a label key or
+    value); else None, with the reason appended to `errors`."""
+    if not isinstance(raw, str):
+        errors.append(invalid(path, raw, "must be a string"))
         return None
-    if (msg := label_key_error(key)) is not None:
-        errors.append(f"{path}: Invalid value: {quote(key)}: {msg}")
+    if (msg := syntax_error(raw)) is not None:
+        errors.append(invalid(path, raw, msg))
         return None
-    return key
-
-
-def _value(value: Any, path: str, errors: list[str]) -> str | None:
-    if not isinstance(value, str):
-        errors.append(f"{path}: Invalid value: {quote(value)}: must be a string")
-        return None
-    if (msg := label_value_error(value)) is not None:
-        errors.append(f"{path}: Invalid value: {quote(value)}: {msg}")
-        return None
-    return value
+    return raw
 
 
 def parse_label_selector(raw: Any, path: str, errors: list[str]) -> LabelSelector:
@@ -88,18 +83,21 @@ def parse_label_selector(raw: Any, path: str, errors: list[str]) -> LabelSelecto
     match_labels = sel.get("matchLabels")
     if match_labels is not None:
         for k, v in as_map(match_labels, f"{path}.matchLabels", errors).items():
-            key = _key(k, f"{path}.matchLabels", errors)
-            value = _value(v, f"{path}.matchLabels[{k!s}]", errors)
+            key = _checked(k, label_key_error, f"{path}.matchLabels", errors)
+            value = _checked(v, label_value_error, f"{path}.matchLabels[{k!s}]", errors)
             if key is not None and value is not None:
                 reqs.append(Requirement(key, "In", frozenset({value})))
     exprs = as_list(sel.get("matchExpressions"), f"{path}.matchExpressions", errors)
     for i, raw_expr in enumerate(exprs):
         where = f"{path}.matchExpressions[{i}]"
         expr = as_map(raw_expr, where, errors)
-        key = _key(expr.get("key"), f"{where}.key", errors)
+        key = _checked(expr.get("key"), label_key_error, f"{where}.key", errors)
         op = expr.get("operator")
         raw_values = as_list(expr.get("values"), f"{where}.values", errors)
-        values = [_value(v, f"{where}.values[{j}]", errors) for j, v in enumerate(raw_values)]
+        values = [
+            _checked(v, label_value_error, f"{where}.values[{j}]", errors)
+            for j, v in enumerate(raw_values)
+        ]
         if op not in LABEL_OPERATORS:
             supported = ", ".join(f'"{o}"' for o in LABEL_OPERATORS)
             errors.append(

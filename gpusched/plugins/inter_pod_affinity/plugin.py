@@ -61,6 +61,7 @@ from gpusched.kernels import (
 from gpusched.kernels.dispatch import pick
 from gpusched.model.pod import PodInfo
 from gpusched.model.selector import freeze
+from gpusched.plugins.helper.args import checked_args
 from gpusched.plugins.helper.label_index import LabelIndex, synced_index
 from gpusched.plugins.helper.pod_selector import PodSelector
 from gpusched.plugins.inter_pod_affinity.args import InterPodAffinityArgs
@@ -137,11 +138,7 @@ class InterPodAffinity:
     Args: ClassVar[type[InterPodAffinityArgs]] = InterPodAffinityArgs
 
     def __init__(self, args: InterPodAffinityArgs | None, handle: Handle) -> None:
-        self.args = args if args is not None else InterPodAffinityArgs()
-        problems = self.args.validate()
-        if problems:
-            # Configuration is validated before plugins are built; this guards direct use.
-            raise ValueError("; ".join(f"{f}: {m}" for f, m in problems))
+        self.args = checked_args(args, InterPodAffinityArgs)
         self.handle = handle
         self._index: LabelIndex | None = None
         self._terms_cache: dict[Any, PodTerms] = {}

@@ -28,6 +28,7 @@ from gpusched.framework.cycle_state import CycleState, StateKey
 from gpusched.framework.interfaces import FilterResult, Handle, Mask, PreFilterResult, Rows, Scores
 from gpusched.framework.status import Code, Status
 from gpusched.model.pod import PodInfo
+from gpusched.plugins.helper.args import checked_args
 from gpusched.plugins.helper.label_index import (
     Bools,
     LabelIndex,
@@ -117,12 +118,8 @@ class NodeAffinity:
     Args: ClassVar[type[NodeAffinityArgs]] = NodeAffinityArgs
 
     def __init__(self, args: NodeAffinityArgs | None, handle: Handle) -> None:
-        self.args = args if args is not None else NodeAffinityArgs()
+        self.args = checked_args(args, NodeAffinityArgs)
         self.handle = handle
-        problems = self.args.validate()
-        if problems:
-            # Configuration is validated before plugins are built; this guards direct use.
-            raise ValueError("; ".join(f"{f}: {m}" for f, m in problems))
         added: Mapping[str, Any] = self.args.added_affinity or {}
         errors: list[str] = []
         req = parse_required({}, added, "addedAffinity", errors)

@@ -45,6 +45,7 @@ from gpusched.kernels.spread_filter import (
 )
 from gpusched.kernels.spread_score import spread_score_nb, spread_score_np
 from gpusched.model.pod import PodInfo
+from gpusched.plugins.helper.args import checked_args
 from gpusched.plugins.helper.label_index import LabelIndex, RequiredEval, synced_index
 from gpusched.plugins.helper.node_selector import Required, freeze, parse_required
 from gpusched.plugins.helper.pod_selector import EVERYTHING, LabelSelector
@@ -131,11 +132,7 @@ class PodTopologySpread:
     Args: ClassVar[type[PodTopologySpreadArgs]] = PodTopologySpreadArgs
 
     def __init__(self, args: PodTopologySpreadArgs | None, handle: Handle) -> None:
-        self.args = args if args is not None else PodTopologySpreadArgs()
-        problems = self.args.validate()
-        if problems:
-            # Configuration is validated before plugins are built; this guards direct use.
-            raise ValueError("; ".join(f"{f}: {m}" for f, m in problems))
+        self.args = checked_args(args, PodTopologySpreadArgs)
         self.handle = handle
         self._defaults = self.args.constraints()
         self._system = self.args.defaulting_type == SYSTEM

@@ -47,6 +47,7 @@ from gpusched.model.volume import (
     StorageClass,
     topology_matches,
 )
+from gpusched.plugins.helper.args import checked_args
 from gpusched.plugins.helper.volumes import (
     Candidates,
     ClaimNodes,
@@ -113,10 +114,7 @@ class VolumeBinding:
     Args: ClassVar[type[VolumeBindingArgs]] = VolumeBindingArgs
 
     def __init__(self, args: VolumeBindingArgs | None, handle: Handle) -> None:
-        self.args = args if args is not None else VolumeBindingArgs()
-        problems = self.args.validate()
-        if problems:
-            raise ValueError("; ".join(f"{f}: {m}" for f, m in problems))
+        self.args = checked_args(args, VolumeBindingArgs)
         self.handle = handle
         self.cache = AssumeCache(handle.volumes)
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
-
 from gpusched.model.pod import pod_from_k8s
 from gpusched.model.selector import Requirement
 from gpusched.model.volume import (
@@ -132,24 +130,6 @@ def test_volume_affinity_claim_ref_and_csi() -> None:
 def test_volume_without_node_affinity_fits_every_node() -> None:
     pv = volume_from_k8s({"metadata": {"name": "nfs"}, "spec": {"capacity": {"storage": "1Ti"}}})
     assert pv.node_affinity is None and pv.node_matches({}, "any")
-
-
-@pytest.mark.parametrize(
-    ("req", "labels", "want"),
-    [
-        (Requirement("k", "In", frozenset({"a", "b"})), {"k": "b"}, True),
-        (Requirement("k", "In", frozenset({"a"})), {}, False),
-        (Requirement("k", "NotIn", frozenset({"a"})), {}, True),
-        (Requirement("k", "NotIn", frozenset({"a"})), {"k": "a"}, False),
-        (Requirement("k", "Exists"), {"k": ""}, True),
-        (Requirement("k", "DoesNotExist"), {"k": ""}, False),
-        (Requirement("k", "Gt", frozenset({"5"})), {"k": "6"}, True),
-        (Requirement("k", "Gt", frozenset({"5"})), {"k": "5"}, False),
-        (Requirement("k", "Lt", frozenset({"5"})), {"k": "x"}, False),
-    ],
-)
-def test_requirement_semantics(req: Requirement, labels: dict[str, str], want: bool) -> None:
-    assert req.matches(labels) is want
 
 
 def test_an_empty_node_selector_term_matches_nothing() -> None:
