@@ -17,6 +17,7 @@ from gpusched.plugins.network_locality import NetworkLocality
 from gpusched.plugins.node_affinity import NodeAffinity
 from gpusched.plugins.node_name import NodeName
 from gpusched.plugins.node_ports import NodePorts
+from gpusched.plugins.node_resources_balanced_allocation import NodeResourcesBalancedAllocation
 from gpusched.plugins.node_resources_fit import NodeResourcesFit
 from gpusched.plugins.node_unschedulable import NodeUnschedulable
 from gpusched.plugins.node_volume_limits import NodeVolumeLimits
@@ -37,6 +38,7 @@ BUILTIN = (
     NodeName,
     NodePorts,
     NodeResourcesFit,
+    NodeResourcesBalancedAllocation,
     DynamicResources,
     TaintToleration,
     NodeAffinity,

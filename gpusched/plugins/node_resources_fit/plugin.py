@@ -24,11 +24,11 @@ from gpusched.framework.interfaces import (
     Rows,
     Scores,
 )
-from gpusched.framework.snapshot import NO_CARD, NodeColumns
+from gpusched.framework.snapshot import NodeColumns
 from gpusched.framework.status import Status
 from gpusched.model.keys import GPU_RESOURCE
-from gpusched.model.node import FULL_CARD_MILLI
 from gpusched.model.pod import PodInfo
+from gpusched.plugins.helper.resources import allocatable_requested
 from gpusched.plugins.node_resources_fit.args import (
     LEAST_ALLOCATED,
     MAX_CUSTOM_SCORE,
@@ -194,8 +194,8 @@ class NodeResourcesFit:
             state.write(STATE, PodRequests.of(pod, self.args))
         return Status()
 
+    @staticmethod
     def _alloc_requested(
-        self,
         snap: NodeColumns,
         rows: Rows,
         name: str,
@@ -203,35 +203,19 @@ class NodeResourcesFit:
         pod_other: tuple[tuple[str, int], ...],
     ) -> tuple[I64, I64]:
         """(allocatable, requested after placing the pod) per row, kube-scheduler's
-        calculateResourceAllocatableRequest. allocatable 0 means "do not score this
-        resource on this row"."""
+        calculateResourceAllocatableRequest with the non-zero cpu/memory defaults
+        (plugins/helper/resources.py). allocatable 0 means "do not score this resource on
+        this row". Other resources come from the pod's full request (ignoredResources only
+        affect Filter)."""
         if name == "cpu":
-            alloc = snap.node_cpu_alloc[rows].astype(np.int64)
-            used = alloc - snap.node_cpu_free[rows]
-            return alloc, used + req.score_cpu_milli
-        if name == "memory":
-            alloc = snap.node_mem_alloc[rows].astype(np.int64)
-            used = alloc - snap.node_mem_free[rows]
-            return alloc, used + req.score_memory_bytes
-        if name == GPU_RESOURCE and req.gpu_cards > 0:
-            # Extended resource in whole cards: allocatable = cards on the node, requested
-            # = cards no longer intact (any share taken) + the cards this pod asks for.
-            alloc = snap.node_card_count[rows].astype(np.int64)
-            has = snap.card_model[rows] != NO_CARD
-            used = np.count_nonzero(has & (snap.card_free_milli[rows] < FULL_CARD_MILLI), axis=1)
-            return alloc, used.astype(np.int64) + req.gpu_cards
-        # Any other resource from its snapshot columns (ignoredResources only affect
-        # Filter). An extended resource or hugepages the pod does not request is not scored
-        # (kube-scheduler returns (0, 0) for a scalar resource the pod does not ask for),
-        # nor is one no node offers; ephemeral-storage is scored whatever the pod asks.
-        zero = np.zeros(len(rows), np.int64)
-        amount = dict(pod_other).get(name, 0)
-        col = snap.other_column(name)
-        if col < 0 or (amount == 0 and name != EPHEMERAL_STORAGE):
-            return zero, zero
-        alloc = snap.node_other_alloc[rows, col].astype(np.int64)
-        used = alloc - snap.node_other_free[rows, col]
-        return alloc, used + amount
+            amount = req.score_cpu_milli
+        elif name == "memory":
+            amount = req.score_memory_bytes
+        elif name == GPU_RESOURCE:
+            amount = req.gpu_cards
+        else:
+            amount = dict(pod_other).get(name, 0)
+        return allocatable_requested(snap, rows, name, amount)
 
     def score(self, state: CycleState, pod: PodInfo, rows: Rows) -> Scores:
         req = self._requests(state, pod)
