@@ -95,6 +95,10 @@ DEFAULT_PLUGINS: Mapping[Point, tuple[PluginRef, ...]] = {
     # warm-but-safe nodes and costs 0.7-2.6 points of GPU allocation and up to 6 points of
     # 8-card job success; at 0.05 it costs at most 0.1 point, and the red-line Filter (on
     # the projected temperature) keeps every node under 82 °C either way.
+    # NodeResourcesBalancedAllocation is left out by the same kind of measurement: at any
+    # positive weight (10⁻⁶ to 1) it becomes the tie-breaker between equal GPU scores and
+    # costs unallocated GPU on every FGD dev trace: 0.09-0.8 points at 0.01, up to 3.4 at 1
+    # (docs/fgd-results.md).
     Point.SCORE: (
         PluginRef("GPUFragmentation", 0.40),
         PluginRef("Thermal", 0.05),
