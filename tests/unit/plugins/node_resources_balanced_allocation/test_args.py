@@ -8,6 +8,7 @@ import pytest
 
 from gpusched.config import API_VERSION, KIND, config_from_dict
 from gpusched.config.profile import ConfigError
+from gpusched.framework.points import Point
 from gpusched.plugins import default_registry
 from gpusched.plugins.node_resources_balanced_allocation import (
     NodeResourcesBalancedAllocation,
@@ -78,3 +79,26 @@ def test_validate_lists_every_problem() -> None:
         "resources[1].name",
         "resources[2].weight",
     ]
+
+
+def test_multi_point_enables_pre_score_and_score() -> None:
+    doc = {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "profiles": [
+            {
+                "schedulerName": "p",
+                "plugins": {"multiPoint": {"enabled": [{"name": NAME, "weight": 2}]}},
+            }
+        ],
+    }
+    profile = config_from_dict(doc, default_registry()).profiles[0]
+    assert NAME in [r.name for r in profile.enabled(Point.PRE_SCORE)]
+    assert [(r.name, r.weight) for r in profile.enabled(Point.SCORE) if r.name == NAME] == [
+        (NAME, 2)
+    ]
+    # Not in the default profile (chosen by measurement, docs/fgd-results.md).
+    default = config_from_dict(
+        {"apiVersion": API_VERSION, "kind": KIND}, default_registry()
+    ).profiles[0]
+    assert NAME not in [r.name for r in default.enabled(Point.SCORE)]
