@@ -5,7 +5,12 @@ See README.md beside this file for what each kernel computes and the twin rule.
 """
 
 from gpusched.kernels.allocated import allocated_score_nb, allocated_score_np
-from gpusched.kernels.balanced_allocation import balanced_score_nb, balanced_score_np
+from gpusched.kernels.balanced_allocation import (
+    balanced_cpu_mem_nb,
+    balanced_cpu_mem_np,
+    balanced_score_nb,
+    balanced_score_np,
+)
 from gpusched.kernels.best_fit_score import best_fit_score_nb, best_fit_score_np
 from gpusched.kernels.choose_cards import choose_cards_nb, choose_cards_np
 from gpusched.kernels.domain_counts import domain_counts_nb, domain_counts_np
@@ -40,6 +45,8 @@ __all__ = [
     "RED_LINE_C",
     "allocated_score_nb",
     "allocated_score_np",
+    "balanced_cpu_mem_nb",
+    "balanced_cpu_mem_np",
     "balanced_score_nb",
     "balanced_score_np",
     "best_fit_score_nb",

@@ -8,6 +8,10 @@ with two fractions ``std = |f1 - f2| / 2``, with more the population std (the me
 fractions summed in order, then the squared deviations summed in order), with fewer 0; the
 score is ``int64((1 - std) * 100)``. The float operations and their order are upstream's,
 so scores match kube-scheduler's bit for bit, truncation edges included.
+
+``balanced_cpu_mem`` is the same computation specialised to kube-scheduler's default
+resources (cpu and memory), reading the snapshot's columns at a ``rows`` index array
+instead of amounts gathered beforehand: the plugin's usual case, a third of the time.
 """
 
 from __future__ import annotations
@@ -101,4 +105,53 @@ def balanced_score_np(
                 d = frac[i, many] - mean
                 acc = acc + np.where(valid[i, many], d * d, 0.0)
             std[many] = np.sqrt(acc / count[many])
+    out[:] = np.trunc((1.0 - std) * MAX_NODE_SCORE)
+
+
+@njit_kernel
+def balanced_cpu_mem_nb(
+    rows: npt.NDArray[np.intp],
+    node_cpu_alloc: npt.NDArray[np.int64],
+    node_cpu_free: npt.NDArray[np.int64],
+    node_mem_alloc: npt.NDArray[np.int64],
+    node_mem_free: npt.NDArray[np.int64],
+    req_cpu: int,
+    req_mem: int,
+    out: npt.NDArray[np.float64],
+) -> None:
+    """``balanced_score_nb`` for the default resources (cpu and memory, either order: the
+    two-fraction std is symmetric) read straight from the snapshot's columns at ``rows``,
+    requested = alloc - free + the pod's request; ``out[j]`` is the score of ``rows[j]``.
+    Saves gathering four columns per pod."""
+    for j in range(rows.shape[0]):
+        r = rows[j]
+        ca = node_cpu_alloc[r]
+        ma = node_mem_alloc[r]
+        std = 0.0
+        if ca != 0 and ma != 0:
+            fc = float(ca - node_cpu_free[r] + req_cpu) / float(ca)
+            fc = min(fc, 1.0)
+            fm = float(ma - node_mem_free[r] + req_mem) / float(ma)
+            fm = min(fm, 1.0)
+            std = abs((fc - fm) / 2)
+        out[j] = math.trunc((1.0 - std) * MAX_NODE_SCORE)
+
+
+def balanced_cpu_mem_np(
+    rows: npt.NDArray[np.intp],
+    node_cpu_alloc: npt.NDArray[np.int64],
+    node_cpu_free: npt.NDArray[np.int64],
+    node_mem_alloc: npt.NDArray[np.int64],
+    node_mem_free: npt.NDArray[np.int64],
+    req_cpu: int,
+    req_mem: int,
+    out: npt.NDArray[np.float64],
+) -> None:
+    """NumPy twin of :func:`balanced_cpu_mem_nb`."""
+    ca = node_cpu_alloc[rows]
+    ma = node_mem_alloc[rows]
+    both = (ca != 0) & (ma != 0)
+    fc = np.minimum((ca - node_cpu_free[rows] + req_cpu) / np.where(both, ca, 1), 1.0)
+    fm = np.minimum((ma - node_mem_free[rows] + req_mem) / np.where(both, ma, 1), 1.0)
+    std = np.where(both, np.abs((fc - fm) / 2), 0.0)
     out[:] = np.trunc((1.0 - std) * MAX_NODE_SCORE)

@@ -19,7 +19,12 @@ from numpy.typing import NDArray
 from gpusched.framework.cycle_state import CycleState, StateKey
 from gpusched.framework.interfaces import Handle, Rows, Scores
 from gpusched.framework.status import Code, Status
-from gpusched.kernels import balanced_score_nb, balanced_score_np
+from gpusched.kernels import (
+    balanced_cpu_mem_nb,
+    balanced_cpu_mem_np,
+    balanced_score_nb,
+    balanced_score_np,
+)
 from gpusched.kernels.dispatch import pick
 from gpusched.model.pod import PodInfo
 from gpusched.plugins.helper.resources import allocatable_requested, pod_request_of
@@ -33,6 +38,7 @@ STATE: StateKey[tuple[int, ...]] = StateKey("NodeResourcesBalancedAllocation/req
 I64 = NDArray[np.int64]
 
 _balanced_score = pick(balanced_score_nb, balanced_score_np)
+_balanced_cpu_mem = pick(balanced_cpu_mem_nb, balanced_cpu_mem_np)
 
 
 def balanced_scores(alloc: I64, requested: I64) -> Scores:
@@ -51,6 +57,9 @@ class NodeResourcesBalancedAllocation:
         self.args = args if args is not None else NodeResourcesBalancedAllocationArgs()
         self.handle = handle
         self.resources = tuple(r.name for r in self.args.resources)
+        # The default resources, in either order, read straight from the snapshot's columns
+        # (the two-fraction std is symmetric).
+        self._cpu_mem = sorted(self.resources) == ["cpu", "memory"]
 
     def _requests(self, pod: PodInfo) -> tuple[int, ...]:
         return tuple(pod_request_of(pod.request, name) for name in self.resources)
@@ -71,6 +80,20 @@ class NodeResourcesBalancedAllocation:
             if not any(requests):
                 return np.zeros(len(rows), np.float64)
         snap = self.handle.snapshot
+        if self._cpu_mem:
+            out = np.empty(len(rows), np.float64)
+            by_name = dict(zip(self.resources, requests, strict=True))
+            _balanced_cpu_mem(
+                rows,
+                snap.node_cpu_alloc,
+                snap.node_cpu_free,
+                snap.node_mem_alloc,
+                snap.node_mem_free,
+                by_name["cpu"],
+                by_name["memory"],
+                out,
+            )
+            return out
         k = len(self.resources)
         alloc = np.empty((k, len(rows)), np.int64)
         requested = np.empty((k, len(rows)), np.int64)

@@ -9,7 +9,12 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpusched.kernels import balanced_score_nb, balanced_score_np
+from gpusched.kernels import (
+    balanced_cpu_mem_nb,
+    balanced_cpu_mem_np,
+    balanced_score_nb,
+    balanced_score_np,
+)
 from tests.builders import fuzz_settings
 
 
@@ -73,3 +78,35 @@ def test_upstream_examples() -> None:
         out = np.zeros(3)
         kernel(alloc, req, out)
         assert out.tolist() == [87.0, 70.0, 63.0]
+
+
+@st.composite
+def cpu_mem_columns(draw: st.DrawFn) -> tuple[np.ndarray, ...]:
+    n = draw(st.integers(1, 10))
+    amounts = st.integers(0, 2**40) | st.integers(0, 16)
+    cols = [np.array([draw(amounts) for _ in range(n)], np.int64) for _ in range(4)]
+    rows = np.array(draw(st.lists(st.integers(0, n - 1), max_size=12)), np.intp)
+    return (rows, *cols)
+
+
+@fuzz_settings(300)
+@given(cpu_mem_columns(), st.integers(0, 2**30), st.integers(0, 2**30))
+def test_cpu_mem_kernel_equals_the_general_one(
+    cols: tuple[np.ndarray, ...], req_cpu: int, req_mem: int
+) -> None:
+    rows, cpu_alloc, cpu_free, mem_alloc, mem_free = cols
+    m = len(rows)
+    # The general kernel on the gathered amounts, cpu first and memory first.
+    alloc = np.stack((cpu_alloc[rows], mem_alloc[rows]))
+    req = np.stack(
+        (cpu_alloc[rows] - cpu_free[rows] + req_cpu, mem_alloc[rows] - mem_free[rows] + req_mem)
+    )
+    want = np.full(m, -1.0)
+    balanced_score_nb(alloc, req, want)
+    swapped = np.full(m, -1.0)
+    balanced_score_nb(alloc[::-1].copy(), req[::-1].copy(), swapped)
+    assert swapped.tolist() == want.tolist()
+    for kernel in (balanced_cpu_mem_nb, balanced_cpu_mem_np):
+        out = np.full(m, -1.0)
+        kernel(rows, cpu_alloc, cpu_free, mem_alloc, mem_free, req_cpu, req_mem, out)
+        assert out.tolist() == want.tolist()
