@@ -67,8 +67,9 @@ class NodeResourcesBalancedAllocation:
     def pre_score(self, state: CycleState, pod: PodInfo, rows: Rows) -> Status:
         requests = self._requests(pod)
         if not any(requests):
-            # As upstream (kubernetes#129138): a best-effort pod would score every empty
-            # node 100 and pile onto it, so it is not scored here at all.
+            # As upstream (kubernetes#129138): a best-effort pod changes no fraction, so the
+            # score would only say which node is already most balanced and every such pod
+            # would pile onto it; it is not scored here at all.
             return Status(Code.SKIP)
         state.write(STATE, requests)
         return Status()
