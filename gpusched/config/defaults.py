@@ -97,8 +97,8 @@ DEFAULT_PLUGINS: Mapping[Point, tuple[PluginRef, ...]] = {
     # the projected temperature) keeps every node under 82 °C either way.
     # NodeResourcesBalancedAllocation is left out by the same kind of measurement: at any
     # positive weight (10⁻⁶ to 1) it becomes the tie-breaker between equal GPU scores and
-    # costs unallocated GPU on every FGD dev trace: 0.09-0.8 points at 0.01, up to 3.4 at 1
-    # (docs/fgd-results.md).
+    # costs unallocated GPU on every FGD dev trace: 0.09-0.93 points at 10⁻⁶ and 0.01,
+    # 0.76-3.29 at 1 (docs/fgd-results.md).
     Point.SCORE: (
         PluginRef("GPUFragmentation", 0.40),
         PluginRef("Thermal", 0.05),
