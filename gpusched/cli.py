@@ -136,13 +136,15 @@ def _cmd_simulate_fgd(args: argparse.Namespace) -> int:
                 keep_placements=args.placements_out is not None,
                 tie_break=args.tie_break,
                 profile=own.get(name),
+                owners=args.owners,
             )
             errors += run.errors
             if args.placements_out is not None:
                 fgd_report.write_placements(args.placements_out, run)
+            spread = f"  max replicas/node {run.max_per_node:.3f}" if args.owners != "none" else ""
             console.print(
                 f"  {name:<14} seed {s}: unallocated at 100% {100 - run.curve()[100]:5.2f}%"
-                f"  {run.seconds:5.2f} s  {run.us_per_pod:4.0f} µs/pod"
+                f"  {run.seconds:5.2f} s  {run.us_per_pod:4.0f} µs/pod{spread}"
             )
             runs.append(run)
         results.append(PolicyResult(name, runs))
@@ -374,6 +376,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="top-score ties: node-order, the daemon's rule (the first node in an order"
         " hashed from the seed and the node name); paper, the first node in the FGD paper's"
         " seeded node order; random, uniform (upstream kube-scheduler). Default: node-order",
+    )
+    fgd.add_argument(
+        "--owners",
+        choices=("none", "replicasets"),  # fgd_owners.OWNERS (test_cli)
+        default="none",
+        help="none: the trace's pods, without owner (the protocol); replicasets: the same"
+        " arrivals grouped by shape into seeded ReplicaSets of 3-30 replicas, so"
+        " PodTopologySpread's default constraints apply (gpusched/sim/fgd_owners.py)",
     )
     fgd.add_argument(
         "--reference-dir", help="published results (default: <trace-dir>/../../reference)"

@@ -36,6 +36,7 @@ from gpusched.core.schedule_one import Result
 from gpusched.framework.registry import Registry
 from gpusched.plugins.helper.fgd_target import TargetClass
 from gpusched.sim.engine import Simulation
+from gpusched.sim.fgd_owners import OWNERS, max_replicas_per_node, replicaset_owners
 from gpusched.sim.fgd_workload import FgdWorkload, build_workload, typical_pods
 from gpusched.sim.openb import DEFAULT_NODE_FILE, TraceNode, TracePod, load_nodes, load_pods
 from gpusched.sim.trace_cluster import cluster_nodes, workload_pods
@@ -168,6 +169,9 @@ class SeedRun:
     timings_us: dict[str, float] = field(default_factory=dict)
     dropped: int = 0
     errors: int = 0
+    # --owners replicasets: mean over ReplicaSets of the most replicas on one node
+    # (fgd_owners.max_replicas_per_node); NaN without owners.
+    max_per_node: float = math.nan
 
     @property
     def us_per_pod(self) -> float:
@@ -209,9 +213,13 @@ def run_seed(
     tie_break: str = "node-order",
     progress: Callable[[int, int], None] | None = None,
     profile: Profile | None = None,
+    owners: str = "none",
 ) -> SeedRun:
     """One policy on one seed's arrival sequence. `profile`, when given, is a user's
-    profile (from a configuration file) measured under the name `policy`."""
+    profile (from a configuration file) measured under the name `policy`. `owners` is
+    "none" (the protocol: pods without owner) or "replicasets" (fgd_owners)."""
+    if owners not in OWNERS:
+        raise ValueError(f"owners must be one of {', '.join(OWNERS)}, got {owners!r}")
     wl = workload or build_workload(trace.pods, trace.nodes, seed, ratio)
     gpu_nodes = [n for n in trace.nodes if n.gpu > 0]
     profile = profile or policy_profile(policy, trace, seed, registry)
@@ -222,7 +230,9 @@ def run_seed(
         sim.fw.tie_break = uniform_choice(seed)
     elif tie_break != "node-order":
         raise ValueError(f"tie_break must be one of {', '.join(TIE_BREAKS)}, got {tie_break!r}")
-    pods = workload_pods(wl.pods, profile.scheduler_name)
+    rs = replicaset_owners(wl.pods, seed) if owners == "replicasets" else None
+    pods = workload_pods(wl.pods, profile.scheduler_name, rs)
+    nodes: list[str] = []
     capacity = sim.snapshot.gpu_milli_capacity()
     n = len(pods)
     arrived = np.empty(n, np.int64)
@@ -236,6 +246,7 @@ def run_seed(
         d = sim.submit(pod)
         if d.result is Result.SCHEDULED and d.alloc is not None:
             u += sum(d.alloc.milli)
+            nodes.append(d.node)
             if keep_placements:
                 placements.append(Placement(i, pod.name, d.node, d.alloc.cards, d.alloc.milli))
         else:
@@ -243,6 +254,7 @@ def run_seed(
             sim.withdraw(pod.uid)
             dropped += 1
             errors += d.result is Result.ERROR
+            nodes.append("")
             if keep_placements:
                 placements.append(Placement(i, pod.name, ""))
         arrived[i] = a
@@ -261,6 +273,7 @@ def run_seed(
         timings_us=sim.fw.timings.per_call_us(),
         dropped=dropped,
         errors=errors,
+        max_per_node=max_replicas_per_node(rs, nodes) if rs is not None else math.nan,
     )
 
 

@@ -16,11 +16,13 @@ The FGD simulator's view of the trace (``docs/fgd-protocol.md`` section 2) maps 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 
 from gpusched.model import keys
 from gpusched.model.node import Card, NodeModel
 from gpusched.model.pod import PodInfo, PodRequest
+from gpusched.sim.fgd_owners import Owner
 from gpusched.sim.fgd_workload import MILLI, PodResource, WorkloadPod, pod_resource
 from gpusched.sim.openb import TraceNode, TracePod
 
@@ -39,6 +41,7 @@ CARD_MEMORY_MIB: Mapping[str, int] = {
 }
 DEFAULT_CARD_MEMORY_MIB = 16384
 MODEL_LABEL = "alibabacloud.com/gpu-card-model"
+HOSTNAME_LABEL = "kubernetes.io/hostname"
 
 
 def node_model(
@@ -51,11 +54,16 @@ def node_model(
     """A trace node as the scheduler's NodeModel (``name`` overrides the trace's sn)."""
     mem = CARD_MEMORY_MIB.get(node.model, DEFAULT_CARD_MEMORY_MIB)
     cards = tuple(Card(i, node.model, mem) for i in range(node.gpu))
-    labels = {MODEL_LABEL: node.model} if node.model else {}
+    node_name = name or node.sn
+    # The kubelet sets the hostname label on every node; PodTopologySpread's default
+    # hostname constraint ignores a node without it.
+    labels = {HOSTNAME_LABEL: node_name}
+    if node.model:
+        labels[MODEL_LABEL] = node.model
     if rack:
         labels[keys.RACK_LABEL] = rack
     return NodeModel(
-        name=name or node.sn,
+        name=node_name,
         cpu_milli=node.cpu_milli,
         memory_bytes=node.memory_mib * MIB,
         pods=POD_SLOTS,
@@ -127,9 +135,26 @@ def pod_info(
 
 
 def workload_pods(
-    pods: Sequence[WorkloadPod], scheduler_name: str = keys.SCHEDULER_NAME
+    pods: Sequence[WorkloadPod],
+    scheduler_name: str = keys.SCHEDULER_NAME,
+    owners: Sequence[Owner] | None = None,
 ) -> list[PodInfo]:
     """An FGD arrival sequence as pods (uid = the arrival's name, unique by construction),
     asking for `scheduler_name` (the measured profile: the simulator's queue, like the
-    daemon's, only takes pods that name one of its profiles)."""
-    return [pod_info(p.name, p.source, scheduler_name=scheduler_name) for p in pods]
+    daemon's, only takes pods that name one of its profiles). With `owners` (one per pod,
+    :mod:`gpusched.sim.fgd_owners`), each pod is its ReplicaSet's, as `pod_from_k8s` reads
+    a pod whose controller ownerReference is that ReplicaSet."""
+    out = [pod_info(p.name, p.source, scheduler_name=scheduler_name) for p in pods]
+    if owners is None:
+        return out
+    if len(owners) != len(out):
+        raise ValueError(f"{len(owners)} owners for {len(out)} pods")
+    return [
+        dataclasses.replace(
+            pod,
+            namespace=o.namespace,
+            labels={**pod.labels, **o.labels},
+            controller=("ReplicaSet", o.uid),
+        )
+        for pod, o in zip(out, owners, strict=True)
+    ]

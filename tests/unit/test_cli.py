@@ -8,6 +8,7 @@ import pytest
 
 from gpusched.cli import build_parser, check_config_main, main
 from gpusched.framework.registry import Registry
+from gpusched.sim.fgd_owners import OWNERS
 from gpusched.sim.fgd_protocol import TIE_BREAKS
 from gpusched.sim.openb import POD_COLUMNS
 
@@ -246,6 +247,15 @@ def test_tie_break_choices_are_the_protocols(capsys: pytest.CaptureFixture[str])
     for rule in TIE_BREAKS:
         assert parser.parse_args(["simulate", "--tie-break", rule]).tie_break == rule
     fails(["simulate", "--tie-break", "first"], capsys, "invalid choice", *TIE_BREAKS)
+
+
+def test_owners_choices_are_the_variants(capsys: pytest.CaptureFixture[str]) -> None:
+    """Listed literally in the parser like the tie-breaks; they must not drift."""
+    parser = build_parser()
+    assert parser.parse_args(["simulate"]).owners == OWNERS[0]
+    for owners in OWNERS:
+        assert parser.parse_args(["simulate", "--owners", owners]).owners == owners
+    fails(["simulate", "--owners", "jobs"], capsys, "invalid choice", *OWNERS)
 
 
 ROOT = Path(__file__).resolve().parents[2]
