@@ -54,8 +54,8 @@ CONTROLLER_MANAGER = "kube-controller-manager"
 # ResourceClaims and ephemeral PVCs for pods, keeps PDB status (eviction reads it),
 # collects orphaned and terminated pods, runs CronJobs, deletes finished Jobs past their
 # ttlSecondsAfterFinished, and keeps a PodGroup of scheduling.k8s.io/v1alpha2 while pods
-# name it (only with the GenericWorkload feature gate given to the apiserver, which
-# feature_gates() passes on; without it the controller manager skips it). NOT
+# name it (only with the GenericWorkload feature gate, WORKLOAD_FEATURE_GATES; without it
+# the controller manager skips it). NOT
 # node-lifecycle-controller: KWOK nodes have heartbeats off (configs.kwok_config), so it
 # would find every node's status stale, taint them NotReady/unreachable and evict their
 # pods. Nothing else either (no node IPAM, no CSR signing, no service/endpoint
@@ -83,6 +83,22 @@ CONTROLLERS = (
 )
 
 
+# The alpha workload API gang scheduling builds on (scheduling.k8s.io/v1alpha2 Workload and
+# PodGroup; a pod joins with spec.schedulingGroup), on in every component so they agree:
+# without GenericWorkload the apiserver silently drops the pod field; WorkloadWithJob makes
+# the job controller create an Indexed Job's Workload and PodGroup; GangScheduling and
+# TopologyAwareWorkloadScheduling are kube-scheduler's own (it ignores pods of other
+# schedulers); WorkloadAwarePreemption is preemption of whole groups.
+WORKLOAD_FEATURE_GATES = (
+    "GenericWorkload",
+    "GangScheduling",
+    "TopologyAwareWorkloadScheduling",
+    "WorkloadWithJob",
+    "WorkloadAwarePreemption",
+)
+WORKLOAD_API = "scheduling.k8s.io/v1alpha2"
+
+
 @dataclass
 class ClusterOptions:
     kwok: bool = True
@@ -96,8 +112,11 @@ class ClusterOptions:
     workdir: Path | None = None
     start_timeout: float = 120.0
     log: Callable[[str], None] = field(default=lambda _msg: None)
-    # Extra kube-apiserver flags (appended, so a repeated flag overrides the default).
+    # Extra kube-apiserver flags (appended, so a repeated flag overrides the default). Their
+    # --feature-gates reach the controller manager and kube-scheduler too.
     apiserver_args: tuple[str, ...] = ()
+    # WORKLOAD_API served and WORKLOAD_FEATURE_GATES on in every component.
+    workload_api: bool = True
 
 
 @dataclass
@@ -374,14 +393,27 @@ class LocalCluster:
                 # the apiserver's own address would only log errors.
                 "--endpoint-reconciler-type=none",
                 "--profiling=false",
+                *self._workload_api_args(),
                 *self.options.apiserver_args,
             ],
         )
 
     def feature_gates(self) -> list[str]:
-        """The --feature-gates flags given to kube-apiserver (ClusterOptions.apiserver_args),
-        for the components that must agree with it."""
-        return [a for a in self.options.apiserver_args if a.startswith("--feature-gates=")]
+        """The --feature-gates flags kube-apiserver gets (the workload gates, then those of
+        ClusterOptions.apiserver_args), for the components that must agree with it. A
+        repeated --feature-gates adds to the earlier ones (component-base's map flag)."""
+        own = (
+            [f"--feature-gates={','.join(f'{g}=true' for g in WORKLOAD_FEATURE_GATES)}"]
+            if self.options.workload_api
+            else []
+        )
+        return own + [a for a in self.options.apiserver_args if a.startswith("--feature-gates=")]
+
+    def _workload_api_args(self) -> list[str]:
+        """kube-apiserver's flags for the workload API (the gates are in feature_gates)."""
+        if not self.options.workload_api:
+            return []
+        return [f"--runtime-config={WORKLOAD_API}=true", *self.feature_gates()[:1]]
 
     def _start_controller_manager(self) -> None:
         assert self.binaries is not None
@@ -462,6 +494,7 @@ class LocalCluster:
                 "--bind-address=127.0.0.1",
                 f"--secure-port={self.ports.kube_scheduler}",
                 f"--cert-dir={self.workdir / 'kube-scheduler'}",
+                *self.feature_gates(),
             ],
         )
         wait_ready(

@@ -14,12 +14,12 @@ from typing import Any
 
 import pytest
 
-from gpusched.devcluster import ClusterOptions, LocalCluster
+from gpusched.devcluster import LocalCluster
+from gpusched.devcluster.cluster import WORKLOAD_API
 from gpusched.devcluster.testkit import PAUSE_IMAGE, pod_manifest, watch_items
 from gpusched.kube import (
     JSON,
     Kube,
-    create_namespace,
     has_condition,
     pod_path,
     wait_for,
@@ -33,7 +33,6 @@ from tests.integration.daemon_support import (
     pool_node,
     pool_specs,
     running_daemon,
-    started_cluster,
 )
 
 pytestmark = pytest.mark.integration
@@ -284,43 +283,64 @@ async def test_a_cronjob_makes_jobs_and_a_finished_job_with_a_ttl_is_deleted(
 
 
 PODGROUPS = "/apis/scheduling.k8s.io/v1alpha2/namespaces/{namespace}/podgroups"
-GANG_GATES = (
-    "--feature-gates=GenericWorkload=true",
-    "--runtime-config=scheduling.k8s.io/v1alpha2=true",
-)
 
 
-def test_podgroup_protection_keeps_a_podgroup_while_a_pod_names_it() -> None:
-    """podgroup-protection-controller, on a cluster with the GenericWorkload gate (the
-    controller manager gets the apiserver's gates): a PodGroup deleted while a pod names it
-    stays (Terminating) until the pod is gone, then the controller lets it go."""
-    options = ClusterOptions(attached=True, kube_scheduler=False, apiserver_args=GANG_GATES)
-    with started_cluster(options) as local:
-        asyncio.run(_podgroup_protection(local))
+async def test_podgroup_protection_keeps_a_podgroup_while_a_pod_names_it(
+    cluster: LocalCluster, kube: Kube, namespace: str
+) -> None:
+    """podgroup-protection-controller, on the session cluster (the workload API and its gates
+    are on in every component): a PodGroup deleted while a pod names it stays (Terminating)
+    until the pod is gone, then the controller lets it go."""
+    groups = PODGROUPS.format(namespace=namespace)
+    group = {
+        "apiVersion": "scheduling.k8s.io/v1alpha2",
+        "kind": "PodGroup",
+        "metadata": {"name": "g"},
+        "spec": {"schedulingPolicy": {"gang": {"minCount": 1}}},
+    }
+    await kube.post(groups, group)
+    member = pod_manifest("member", scheduler_name="nobody-schedules-this")
+    member["spec"]["schedulingGroup"] = {"podGroupName": "g"}
+    await kube.post(pod_path(namespace), member)
+    await kube.delete(f"{groups}/g")
+    held = await wait_for(
+        kube,
+        groups,
+        "g",
+        lambda g: bool(g["metadata"].get("deletionTimestamp")),
+        what="the PodGroup Terminating",
+    )
+    assert held["metadata"]["finalizers"] == ["scheduling.k8s.io/podgroup-protection"]
+    await kube.delete(pod_path(namespace, "member"))
+    await wait_for_deletion(kube, groups, "g")
 
 
-async def _podgroup_protection(local: LocalCluster) -> None:
-    async with await Kube.connect(local.kubeconfig) as kube:
-        await create_namespace(kube, "gang")
-        groups = PODGROUPS.format(namespace="gang")
-        group = {
-            "apiVersion": "scheduling.k8s.io/v1alpha2",
-            "kind": "PodGroup",
-            "metadata": {"name": "g"},
-            "spec": {"schedulingPolicy": {"gang": {"minCount": 1}}},
-        }
-        await kube.post(groups, group)
-        member = pod_manifest("member", scheduler_name="nobody-schedules-this")
-        member["spec"]["schedulingGroup"] = {"podGroupName": "g"}
-        await kube.post(pod_path("gang"), member)
-        await kube.delete(f"{groups}/g")
-        held = await wait_for(
-            kube,
-            groups,
-            "g",
-            lambda g: bool(g["metadata"].get("deletionTimestamp")),
-            what="the PodGroup Terminating",
-        )
-        assert held["metadata"]["finalizers"] == ["scheduling.k8s.io/podgroup-protection"]
-        await kube.delete(pod_path("gang", "member"))
-        await wait_for_deletion(kube, groups, "g")
+async def test_indexed_job_gets_a_workload_and_pod_group_from_the_job_controller(
+    kube: Kube, namespace: str
+) -> None:
+    """WorkloadWithJob: the job controller creates an Indexed Job's Workload and PodGroup
+    itself and names the group in each pod's spec.schedulingGroup, so a gang scheduler needs
+    no manual objects. No scheduler here: the pods stay pending, which is all this needs."""
+    spec = job("gang", "no-pool", parallelism=3)
+    spec["spec"]["completionMode"] = "Indexed"
+    spec["spec"]["template"]["spec"]["schedulerName"] = "nobody-schedules-this"
+    await kube.post(JOBS.format(namespace=namespace), spec)
+    pods = await watch_pods(kube, namespace, "app=gang", lambda pods: len(pods) == 3)
+    groups = {p["spec"].get("schedulingGroup", {}).get("podGroupName") for p in pods.values()}
+    assert len(groups) == 1, groups
+    (group_name,) = groups
+    assert group_name
+    group = await kube.get(f"{PODGROUPS.format(namespace=namespace)}/{group_name}")
+    # All-or-nothing over the Job's parallelism.
+    assert group["spec"]["schedulingPolicy"] == {"gang": {"minCount": 3}}, group["spec"]
+    workloads = (await kube.get(f"/apis/{WORKLOAD_API}/namespaces/{namespace}/workloads"))["items"]
+    assert len(workloads) == 1, workloads
+    workload = workloads[0]
+    assert workload["spec"]["controllerRef"] == {"apiGroup": "batch", "kind": "Job", "name": "gang"}
+    owners = {(o["kind"], o["name"]) for o in group["metadata"]["ownerReferences"]}
+    assert ("Workload", workload["metadata"]["name"]) in owners, owners
+    ref = group["spec"]["podGroupTemplateRef"]["workload"]
+    assert ref["workloadName"] == workload["metadata"]["name"]
+    await kube.delete(
+        f"{JOBS.format(namespace=namespace)}/gang", query=[("propagationPolicy", "Background")]
+    )
