@@ -1,12 +1,13 @@
 """The cluster model: nodes with their cards, pods with their requests."""
 
 from gpusched.model.node import FULL_CARD_MILLI, Card, NodeModel, Taint, TopologyKeys, node_from_k8s
-from gpusched.model.pod import Gang, GpuKind, NVLink, PodInfo, PodRequest, pod_from_k8s
+from gpusched.model.pod import Gang, GangAPI, GpuKind, NVLink, PodInfo, PodRequest, pod_from_k8s
 
 __all__ = [
     "FULL_CARD_MILLI",
     "Card",
     "Gang",
+    "GangAPI",
     "GpuKind",
     "NVLink",
     "NodeModel",

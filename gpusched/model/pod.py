@@ -79,10 +79,23 @@ class PodRequest:
         return self.gpu_cards * FULL_CARD_MILLI if self.gpu_cards else self.gpu_milli
 
 
+class GangAPI(enum.Enum):
+    """Which API put the pod in a gang: where its minimum and status live."""
+
+    # Upstream Kubernetes 1.36: spec.schedulingGroup.podGroupName names a PodGroup of
+    # scheduling.k8s.io/v1alpha2 (the job controller makes one for an Indexed Job).
+    WORKLOAD = "scheduling.k8s.io/v1alpha2 PodGroup"
+    # scheduler-plugins' Coscheduling: label scheduling.x-k8s.io/pod-group.
+    COSCHEDULING = "scheduling.x-k8s.io/v1alpha1 PodGroup"
+    # scheduling.ai/gang-name + gang-total: an implicit group, no object.
+    ANNOTATIONS = "scheduling.ai/gang-name annotation"
+
+
 @dataclass(frozen=True, slots=True)
 class Gang:
     name: str  # namespaced key "ns/name"
     min_member: int  # 0: taken from the PodGroup object
+    api: GangAPI
 
 
 @dataclass(frozen=True, slots=True)
@@ -425,6 +438,48 @@ def controller_ref(meta: Mapping[str, Any]) -> tuple[str, str]:
     return "", ""
 
 
+def _gang(
+    spec: Mapping[str, Any],
+    labels: Mapping[str, str],
+    ann: Mapping[str, str],
+    namespace: str,
+    errors: list[str],
+) -> Gang | None:
+    """The pod's gang from whichever of the three APIs names one; naming groups through two
+    APIs is an error (which group's minimum would hold is anyone's guess)."""
+    # (gang, the field that named it, as the error names it)
+    found: list[tuple[Gang, str]] = []
+    raw_group = spec.get("schedulingGroup")
+    if raw_group is not None:
+        name = raw_group.get("podGroupName") if isinstance(raw_group, Mapping) else None
+        if isinstance(name, str) and name.strip():
+            gang = Gang(f"{namespace}/{name.strip()}", 0, GangAPI.WORKLOAD)
+            found.append((gang, f"spec.schedulingGroup.podGroupName={name!r}"))
+        else:
+            errors.append(f"spec.schedulingGroup={raw_group!r} must name a PodGroup (podGroupName)")
+    pg = labels.get(keys.POD_GROUP_LABEL)
+    if pg:
+        gang = Gang(f"{namespace}/{pg}", 0, GangAPI.COSCHEDULING)
+        found.append((gang, f"label {keys.POD_GROUP_LABEL}={pg!r}"))
+    gname = ann.get(keys.GANG_NAME)
+    if gname is not None:
+        total = _int_annotation(ann, keys.GANG_TOTAL, 1, None, errors)
+        if not str(gname).strip():
+            errors.append(f"annotation {keys.GANG_NAME}={gname!r} must not be empty")
+        elif keys.GANG_TOTAL not in ann:
+            errors.append(f"annotation {keys.GANG_NAME} needs {keys.GANG_TOTAL} (the gang size)")
+        elif total:
+            gang = Gang(f"{namespace}/{str(gname).strip()}", total, GangAPI.ANNOTATIONS)
+            found.append((gang, f"annotation {keys.GANG_NAME}={gname!r}"))
+    elif keys.GANG_TOTAL in ann:
+        errors.append(f"annotation {keys.GANG_TOTAL} without {keys.GANG_NAME}")
+    if len(found) > 1:
+        named = " and ".join(f"{field} ({g.api.value})" for g, field in found)
+        errors.append(f"{named} each put the pod in a gang: use one of them")
+        return None
+    return found[0][0] if found else None
+
+
 def pod_from_k8s(obj: Mapping[str, Any]) -> PodInfo:
     meta = _resource_list(obj.get("metadata"))
     spec = _resource_list(obj.get("spec"))
@@ -471,21 +526,7 @@ def pod_from_k8s(obj: Mapping[str, Any]) -> PodInfo:
                 f"annotation {keys.NVLINK}={raw_nv!r} must be required, preferred or none"
             )
 
-    gang: Gang | None = None
-    pg = labels.get(keys.POD_GROUP_LABEL)
-    gname = ann.get(keys.GANG_NAME)
-    if pg:
-        gang = Gang(f"{namespace}/{pg}", 0)
-    elif gname is not None:
-        total = _int_annotation(ann, keys.GANG_TOTAL, 1, None, errors)
-        if not str(gname).strip():
-            errors.append(f"annotation {keys.GANG_NAME}={gname!r} must not be empty")
-        elif keys.GANG_TOTAL not in ann:
-            errors.append(f"annotation {keys.GANG_NAME} needs {keys.GANG_TOTAL} (the gang size)")
-        elif total:
-            gang = Gang(f"{namespace}/{str(gname).strip()}", total)
-    elif keys.GANG_TOTAL in ann:
-        errors.append(f"annotation {keys.GANG_TOTAL} without {keys.GANG_NAME}")
+    gang = _gang(spec, labels, ann, namespace, errors)
 
     preemptible = True
     raw_pre = ann.get(keys.PREEMPTIBLE)

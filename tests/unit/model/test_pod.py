@@ -9,6 +9,8 @@ from hypothesis import strategies as st
 from gpusched.model import keys
 from gpusched.model.pod import (
     MAX_REQUEST,
+    Gang,
+    GangAPI,
     GpuKind,
     HostPort,
     NVLink,
@@ -199,6 +201,37 @@ def test_gang_and_identity() -> None:
     assert q.gang is not None and q.gang.min_member == 4
     assert q.job_id == "job-7"
     assert q.tenant == "ns"
+    assert (p.gang.api, q.gang.api) == (GangAPI.COSCHEDULING, GangAPI.ANNOTATIONS)
+
+
+def test_upstream_scheduling_group_names_a_gang() -> None:
+    raw = pod([c("1")])
+    raw["spec"]["schedulingGroup"] = {"podGroupName": "train"}
+    p = pod_from_k8s(raw)
+    assert p.errors == ()
+    assert p.gang == Gang("ns/train", 0, GangAPI.WORKLOAD)
+    assert p.job_id == "ns/train"
+
+
+@pytest.mark.parametrize("group", [{}, {"podGroupName": ""}, "train", {"podGroupName": 7}])
+def test_malformed_scheduling_group_is_an_error(group: object) -> None:
+    raw = pod([c("1")])
+    raw["spec"]["schedulingGroup"] = group
+    p = pod_from_k8s(raw)
+    assert p.gang is None
+    assert any("spec.schedulingGroup=" in e and "podGroupName" in e for e in p.errors), p.errors
+
+
+def test_a_pod_in_two_gang_apis_is_an_error_naming_both() -> None:
+    raw = pod([c("1")], labels={keys.POD_GROUP_LABEL: "pg1"})
+    raw["spec"]["schedulingGroup"] = {"podGroupName": "train"}
+    p = pod_from_k8s(raw)
+    assert p.gang is None
+    assert p.errors == (
+        "spec.schedulingGroup.podGroupName='train' (scheduling.k8s.io/v1alpha2 PodGroup) and"
+        " label scheduling.x-k8s.io/pod-group='pg1' (scheduling.x-k8s.io/v1alpha1 PodGroup)"
+        " each put the pod in a gang: use one of them",
+    )
 
 
 def test_huge_values_are_rejected_before_they_reach_the_kernels() -> None:
@@ -449,7 +482,14 @@ def test_a_quantity_the_grammar_refuses_is_a_pod_error_naming_the_field(
 
 
 # Every error names where it comes from: an annotation, a label, a spec or status field.
-_FIELD_PREFIXES = ("annotation ", "unknown annotation ", "spec.", "status of spec.", "request ")
+_FIELD_PREFIXES = (
+    "annotation ",
+    "label ",
+    "unknown annotation ",
+    "spec.",
+    "status of spec.",
+    "request ",
+)
 
 
 @given(raw=raw_pods(node_names=("a",)) | raw_pods())
