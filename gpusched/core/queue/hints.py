@@ -10,8 +10,12 @@ nothing selects on) moves no pod, and a backlog of unschedulable pods no longer 
 costs an attempt each, on every node update.
 
 Only changes that can turn a rejection into a pass count: more allocatable, a card gained
-or healed, a taint removed, a node made schedulable. A plugin not in the table (out of
-tree, or new) is woken by any change, as is a pod whose rejection names no plugin.
+or healed, a taint removed (or, for a topology spread, added), a node made schedulable. A
+plugin not in the table (out of tree, or new) is woken by any node change, as is a pod
+whose rejection names no plugin. Bound pods arriving or relabelled wake only the filters
+that count pods by label (POD_ADD_PLUGINS), and storage events only the volume plugins:
+every bind emits the first, so an out-of-tree filter that counts pods or reads claims is
+retried by the periodic flush, not on every bind.
 
 Storage events (a claim, volume, StorageClass or CSINode added or updated; the daemon
 watches them only when a profile has a volume plugin) wake only the pods a volume plugin
@@ -54,7 +58,11 @@ class NodeChange(enum.Flag):
     TAINTS = enum.auto()  # a taint went away (or changed)
     SCHEDULABLE = enum.auto()  # spec.unschedulable went from true to false
     TOPOLOGY = enum.auto()  # rack or spine changed
-    ANY = ALLOCATABLE | CARDS | LABELS | TAINTS | SCHEDULABLE | TOPOLOGY
+    # a taint was added: it never helps TaintToleration, but with nodeTaintsPolicy Honor it
+    # takes the node's domain out of a spread's global minimum (kube-scheduler requeues
+    # PodTopologySpread on any taint change)
+    TAINT_ADDED = enum.auto()
+    ANY = ALLOCATABLE | CARDS | LABELS | TAINTS | SCHEDULABLE | TOPOLOGY | TAINT_ADDED
 
 
 # What each in-tree filter reads from a node: a node update wakes a pod it rejected only if
@@ -82,7 +90,7 @@ PLUGIN_NODE_CHANGES: dict[str, NodeChange] = {
     # a domain that holds (or no longer holds) the pods a term selects.
     "InterPodAffinity": NodeChange.LABELS,
     # A topology key's value (a watched label) or, with nodeTaintsPolicy Honor, a taint.
-    "PodTopologySpread": NodeChange.LABELS | NodeChange.TAINTS,
+    "PodTopologySpread": NodeChange.LABELS | NodeChange.TAINTS | NodeChange.TAINT_ADDED,
 }
 
 VOLUME_PLUGINS = frozenset(
@@ -218,6 +226,8 @@ def node_change(old: NodeModel, new: NodeModel, *, labels_changed: bool) -> Node
         out |= NodeChange.LABELS
     if new.taints != old.taints and not set(old.taints) <= set(new.taints):
         out |= NodeChange.TAINTS
+    if not set(new.taints) <= set(old.taints):
+        out |= NodeChange.TAINT_ADDED
     if old.unschedulable and not new.unschedulable:
         out |= NodeChange.SCHEDULABLE
     if old.rack != new.rack or old.spine != new.spine:

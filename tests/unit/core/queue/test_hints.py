@@ -31,10 +31,13 @@ CARD0 = Card(0, "A100", 81920)
             NodeChange.NONE,
         ),
         (dataclasses.replace(BASE, taints=()), NodeChange.TAINTS),
-        (dataclasses.replace(BASE, taints=(Taint("a", "2", "NoSchedule"),)), NodeChange.TAINTS),
+        (
+            dataclasses.replace(BASE, taints=(Taint("a", "2", "NoSchedule"),)),
+            NodeChange.TAINTS | NodeChange.TAINT_ADDED,
+        ),
         (
             dataclasses.replace(BASE, taints=(*BASE.taints, Taint("b", "", "NoSchedule"))),
-            NodeChange.NONE,
+            NodeChange.TAINT_ADDED,
         ),
         (dataclasses.replace(BASE, unschedulable=True), NodeChange.NONE),
         (dataclasses.replace(BASE, rack="r1"), NodeChange.TOPOLOGY),
@@ -65,6 +68,19 @@ def test_node_ports_and_node_name_rejections_wake_on_the_right_events() -> None:
     assert may_help(name, ClusterEvent.NODE_ADD)  # the named node may appear
     assert not may_help(name, ClusterEvent.ASSIGNED_POD_DELETE)
     assert not may_help(name, ClusterEvent.NODE_UPDATE, NodeChange.ANY)
+
+
+def test_an_added_taint_wakes_a_spread_rejection_but_not_a_taint_rejection() -> None:
+    # With nodeTaintsPolicy Honor, a newly tainted node's domain leaves the spread's global
+    # minimum, which may let the pod fit; a taint added never makes a pod tolerate a node.
+    added = node_change(
+        BASE,
+        dataclasses.replace(BASE, taints=(*BASE.taints, Taint("b", "", "NoSchedule"))),
+        labels_changed=False,
+    )
+    assert may_help(frozenset({"PodTopologySpread"}), ClusterEvent.NODE_UPDATE, added)
+    assert not may_help(frozenset({"TaintToleration"}), ClusterEvent.NODE_UPDATE, added)
+    assert not may_help(frozenset({"NodeResourcesFit"}), ClusterEvent.NODE_UPDATE, added)
 
 
 def test_other_allocatable_grows_or_shrinks() -> None:
