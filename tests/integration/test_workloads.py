@@ -13,15 +13,13 @@ set, job controllers), the claims (ephemeral-volume-controller) and binds them
 from __future__ import annotations
 
 import io
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
 
 from gpusched.devcluster import LocalCluster
 from gpusched.devcluster.testkit import PAUSE_IMAGE
-from gpusched.kube import JSON, ApiError, Kube, has_condition, wait_for
+from gpusched.kube import JSON, Kube, has_condition, wait_for
 from gpusched.model import keys
 from tests.integration.daemon_support import (
     node_pool,
@@ -32,54 +30,24 @@ from tests.integration.daemon_support import (
     running_daemon,
 )
 from tests.integration.test_controllers import APPS, JOBS, placed_on, watch_pods
+from tests.integration.test_daemon_volumes import (
+    HOSTNAME,
+    PVS,
+    claim,
+    claims_path,
+    local_pv,
+    storage,
+    storage_class,
+)
 
 pytestmark = pytest.mark.integration
 
 A100 = ((8, "A100M80", 96_000, 1_048_576, 8),)
-HOSTNAME = "kubernetes.io/hostname"
-PVS = "/api/v1/persistentvolumes"
-CLASSES = "/apis/storage.k8s.io/v1/storageclasses"
-CLAIMS = "/api/v1/namespaces/{namespace}/persistentvolumeclaims"
 NO_PROVISIONER = "kubernetes.io/no-provisioner"
 
 
-def storage_class(name: str, mode: str) -> JSON:
-    return {
-        "apiVersion": "storage.k8s.io/v1",
-        "kind": "StorageClass",
-        "metadata": {"name": name},
-        "provisioner": NO_PROVISIONER,
-        "volumeBindingMode": mode,
-    }
-
-
-def local_pv(name: str, node: str, storage_class: str) -> JSON:
-    return {
-        "apiVersion": "v1",
-        "kind": "PersistentVolume",
-        "metadata": {"name": name},
-        "spec": {
-            "capacity": {"storage": "10Gi"},
-            "accessModes": ["ReadWriteOnce"],
-            "persistentVolumeReclaimPolicy": "Retain",
-            "storageClassName": storage_class,
-            "local": {"path": f"/mnt/{name}"},
-            "nodeAffinity": {
-                "required": {
-                    "nodeSelectorTerms": [
-                        {
-                            "matchExpressions": [
-                                {"key": HOSTNAME, "operator": "In", "values": [node]}
-                            ]
-                        }
-                    ]
-                }
-            },
-        },
-    }
-
-
 def shared_pv(name: str, storage_class: str) -> JSON:
+    """A ReadWriteMany volume without node affinity (a dataset every node can mount)."""
     return {
         "apiVersion": "v1",
         "kind": "PersistentVolume",
@@ -90,19 +58,6 @@ def shared_pv(name: str, storage_class: str) -> JSON:
             "persistentVolumeReclaimPolicy": "Retain",
             "storageClassName": storage_class,
             "nfs": {"server": "nfs.example.invalid", "path": "/datasets"},
-        },
-    }
-
-
-def claim(name: str, storage_class: str, mode: str, size: str) -> JSON:
-    return {
-        "apiVersion": "v1",
-        "kind": "PersistentVolumeClaim",
-        "metadata": {"name": name},
-        "spec": {
-            "accessModes": [mode],
-            "storageClassName": storage_class,
-            "resources": {"requests": {"storage": size}},
         },
     }
 
@@ -196,23 +151,6 @@ def indexed_job(name: str, pool: str, count: int, scratch_class: str, dataset: s
     }
 
 
-@asynccontextmanager
-async def cluster_scoped(kube: Kube, objects: list[tuple[str, JSON]]) -> AsyncIterator[None]:
-    """Create StorageClasses and PVs (not namespaced, so the namespace's deletion does
-    not take them); delete them afterwards."""
-    for path, body in objects:
-        await kube.post(path, body)
-    try:
-        yield
-    finally:
-        for path, body in reversed(objects):
-            try:
-                await kube.delete(f"{path}/{body['metadata']['name']}")
-            except ApiError as exc:
-                if exc.status != 404:
-                    raise
-
-
 def pv_node(pv: JSON) -> str:
     terms = pv["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"]
     value: str = terms[0]["matchExpressions"][0]["values"][0]
@@ -227,22 +165,22 @@ async def test_spread_deployment_and_indexed_job_with_claims_run(
     nodes = [pool_node(s, pool) for s in specs]
     names = [s.name for s in specs]
     wffc, immediate = f"wffc-{pool}", f"immediate-{pool}"
-    local = [local_pv(f"{pool}-scratch-{n}-{k}", n, wffc) for n in names for k in range(2)]
-    dataset_pv = shared_pv(f"{pool}-dataset", immediate)
-    objects = [
-        (CLASSES, storage_class(wffc, "WaitForFirstConsumer")),
-        (CLASSES, storage_class(immediate, "Immediate")),
-        *[(PVS, pv) for pv in local],
-        (PVS, dataset_pv),
+    local = [
+        local_pv(f"{pool}-scratch-{n}-{k}", n, wffc, size="10Gi") for n in names for k in range(2)
     ]
-    claims = CLAIMS.format(namespace=namespace)
+    dataset_pv = shared_pv(f"{pool}-dataset", immediate)
+    classes = [
+        storage_class(wffc, NO_PROVISIONER, "WaitForFirstConsumer"),
+        storage_class(immediate, NO_PROVISIONER, "Immediate"),
+    ]
+    claims = claims_path(namespace)
     stream = io.StringIO()
     async with (
         node_pool(kube, nodes),
-        cluster_scoped(kube, objects),
+        storage(kube, classes, [*local, dataset_pv]),
         running_daemon(cluster.kubeconfig, stream),
     ):
-        await kube.post(claims, claim("dataset", immediate, "ReadWriteMany", "50Gi"))
+        await kube.post(claims, claim("dataset", immediate, size="50Gi", modes=("ReadWriteMany",)))
         await kube.post(APPS.format(namespace=namespace), spread_deployment("infer", pool, 3))
         await kube.post(
             JOBS.format(namespace=namespace), indexed_job("train", pool, 8, wffc, "dataset")
