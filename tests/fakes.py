@@ -69,7 +69,12 @@ class FakeHandle:
         return np.empty(0, np.intp)
 
     def count_matching_pods(self, matcher: PodMatcher) -> NDArray[np.int64]:
-        return np.zeros(len(self.snapshot.node_valid), np.int64)
+        out = np.zeros(len(self.snapshot.node_valid), np.int64)
+        for node, pods in self.pods.items():
+            row = self.snapshot.row_of(node)
+            if row >= 0:
+                out[row] = sum(1 for p in pods if matcher.matches(p))
+        return out
 
     def pods_with_affinity(
         self, *, required_anti_only: bool = False
@@ -81,16 +86,6 @@ class FakeHandle:
 
     def used_host_ports(self) -> Mapping[str, UsedPorts]:
         return self.ports
-
-    def count_pods_by_node(
-        self, namespace: str, match: Callable[[PodInfo], bool]
-    ) -> Mapping[str, int]:
-        out: dict[str, int] = {}
-        for node, pods in self.pods.items():
-            n = sum(1 for p in pods if p.namespace == namespace and match(p))
-            if n:
-                out[node] = n
-        return out
 
 
 # --- the Lease API and a clock (leader election) -----------------------------------------

@@ -61,8 +61,3 @@ class SchedulerHandle:
 
     def namespace_labels(self) -> Mapping[str, Mapping[str, str]]:
         return self.cache.namespace_labels()
-
-    def count_pods_by_node(
-        self, namespace: str, match: Callable[[PodInfo], bool]
-    ) -> Mapping[str, int]:
-        return self.cache.count_pods_by_node(namespace, match)

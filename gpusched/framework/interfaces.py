@@ -12,7 +12,7 @@ and PostBind are coroutines that run in the binding cycle.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import ClassVar, Protocol, runtime_checkable
 
@@ -148,12 +148,6 @@ class Handle(Protocol):
     @property
     def volumes(self) -> VolumePort:
         """Claims, volumes, storage classes and CSINodes (framework/volumes.py)."""
-
-    def count_pods_by_node(
-        self, namespace: str, match: Callable[[PodInfo], bool]
-    ) -> Mapping[str, int]:
-        """Pods (bound or assumed) of `namespace` for which `match` holds, counted per node
-        name (nodes without one are absent); visits only that namespace's pods."""
         ...
 
     def count_matching_pods(self, matcher: PodMatcher) -> NDArray[np.int64]:

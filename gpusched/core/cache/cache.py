@@ -310,18 +310,6 @@ class ClusterCache:
             np.add.at(out, hits, 1)
         return out
 
-    def count_pods_by_node(
-        self, namespace: str, match: Callable[[PodInfo], bool]
-    ) -> dict[str, int]:
-        out: dict[str, int] = {}
-        pods = self.pods
-        for uid in list(self._label_index().by_ns.get(namespace, ())):
-            entry = pods[uid]
-            if match(entry.pod):
-                node = entry.node
-                out[node] = out.get(node, 0) + 1
-        return out
-
     def _label_index(self) -> _LabelIndex:
         if self._labels is None:
             self._labels = _LabelIndex()

@@ -7,7 +7,7 @@ a profile it cannot run, and a plugin constructor may reject its args.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 from numpy.typing import NDArray
@@ -75,11 +75,6 @@ class _StubHandle:
     @property
     def volumes(self) -> VolumePort:
         return NO_VOLUMES
-
-    def count_pods_by_node(
-        self, namespace: str, match: Callable[[PodInfo], bool]
-    ) -> Mapping[str, int]:
-        return {}
 
 
 def validate_profiles(config: SchedulerConfig, registry: Registry) -> None:

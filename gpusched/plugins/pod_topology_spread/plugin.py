@@ -6,10 +6,11 @@ score; a pod without constraints of its own gets the cluster's default constrain
 belongs to a ReplicaSet, StatefulSet or ReplicationController.
 
 Counting is per node: the pods (bound or assumed, not terminating) of the incoming pod's
-namespace that match the constraint's selector, from the cache's namespace index
-(`Handle.count_pods_by_node`). Everything over nodes is arrays: each node's domain is the
-dense id of its topology-key value over the snapshot's label sets (the keys are declared
-watched first, as NodeAffinity declares its selector keys), eligibility (the node carries
+namespace that match the constraint's selector, from the cache's pod label index
+(`Handle.count_matching_pods`, as InterPodAffinity counts). Everything over nodes is
+arrays: each node's domain is the dense id of its topology-key value over the snapshot's
+label sets (the keys are declared watched first, as NodeAffinity declares its selector
+keys), eligibility (the node carries
 every constraint's key and passes nodeAffinityPolicy / nodeTaintsPolicy) is a mask, and the
 per-domain sums, the skew check and the score run in one kernel each
 (`gpusched/kernels/spread_filter.py`, `spread_score.py`).
@@ -121,6 +122,26 @@ def _matcher(c: Constraint) -> Callable[[PodInfo], bool]:
         return labels_equal
     selector = c.selector
     return lambda p: not p.deleting and selector.matches(p.labels)
+
+
+@dataclass(frozen=True, slots=True)
+class _Counted:
+    """The pods one constraint counts, as the cache's PodMatcher: the pod's own namespace,
+    the selector's anchor (so the cache reads only pods carrying that label, or the
+    namespace's, whichever is fewer), and `_matcher`'s test."""
+
+    namespaces: frozenset[str]
+    anchor: tuple[str, frozenset[str] | None] | None
+    test: Callable[[PodInfo], bool]
+
+    @classmethod
+    def of(cls, c: Constraint, namespace: str) -> _Counted:
+        anchor = None if c.controller_uid else c.selector.anchor
+        return cls(frozenset((namespace,)), anchor, _matcher(c))
+
+    def matches(self, pod: PodInfo) -> bool:
+        # The anchor's pods may be in any namespace: only this one's count.
+        return pod.namespace in self.namespaces and self.test(pod)
 
 
 def _self_match(c: Constraint, pod: PodInfo) -> bool:
@@ -255,7 +276,6 @@ class PodTopologySpread:
         if cache is None:
             cache = {}
             state.write(_COUNTS, cache)
-        snap = self.handle.snapshot
         out = np.zeros((len(cs), n), np.int64)
         for k, c in enumerate(cs):
             if not c.controller_uid and not c.selector.requirements:
@@ -263,13 +283,7 @@ class PodTopologySpread:
             key = (c.controller_uid, c.selector)
             got = cache.get(key)
             if got is None or len(got) != n:
-                got = np.zeros(n, np.int64)
-                for node, count in self.handle.count_pods_by_node(
-                    pod.namespace, _matcher(c)
-                ).items():
-                    row = snap.rows.get(node, -1)
-                    if 0 <= row < n:
-                        got[row] = count
+                got = self.handle.count_matching_pods(_Counted.of(c, pod.namespace))[:n]
                 cache[key] = got
             out[k] = got
         return out
