@@ -19,7 +19,9 @@ import orjson
 from numpy.typing import NDArray
 
 from gpusched.core.cache.snapshot import Snapshot
+from gpusched.core.runtime.waiting import WaitingPod, WaitingPods
 from gpusched.framework import Rows, Status
+from gpusched.framework.gangs import GangPort, StaticGangs
 from gpusched.framework.interfaces import PodMatcher, UsedPorts
 from gpusched.framework.status import Code
 from gpusched.framework.volumes import NO_VOLUMES, VolumePort
@@ -58,9 +60,22 @@ class FakeHandle:
     ports: dict[str, UsedPorts] = field(default_factory=dict)
     volumes: VolumePort = NO_VOLUMES
     pods: dict[str, list[PodInfo]] = field(default_factory=dict)
+    gangs: GangPort = field(default_factory=StaticGangs)
+    # gang key -> [(pod, node or "" while pending)]
+    members: dict[str, list[tuple[PodInfo, str]]] = field(default_factory=dict)
+    waiting: WaitingPods = field(default_factory=WaitingPods)
 
     def now(self) -> float:
         return self.t
+
+    def gang_members(self, key: str) -> Sequence[tuple[PodInfo, str]]:
+        return self.members.get(key, [])
+
+    def get_waiting_pod(self, uid: str) -> WaitingPod | None:
+        return self.waiting.get(uid)
+
+    def waiting_pods(self) -> Iterable[WaitingPod]:
+        return iter(self.waiting)
 
     def pods_on_node(self, node: str) -> Iterable[PodInfo]:
         return self.pods.get(node, ())

@@ -14,10 +14,11 @@ from __future__ import annotations
 from collections.abc import Callable, Collection
 
 from gpusched.core.cache.cache import ClusterCache
+from gpusched.core.gangs import GangIndex
 from gpusched.core.queue import ClusterEvent, SchedulingQueue, node_change
 from gpusched.core.runtime.waiting import WaitingPods
 from gpusched.model.node import NodeModel
-from gpusched.model.pod import PodInfo
+from gpusched.model.pod import GangAPI, PodInfo
 
 
 class ClusterEvents:
@@ -28,8 +29,11 @@ class ClusterEvents:
         waiting: Collection[WaitingPods],
         profiles: Collection[str],
         on_pod_warning: Callable[[PodInfo, str], None] | None = None,
+        gangs: GangIndex | None = None,
     ) -> None:
         self.cache = cache
+        # Every pod of every gang of ours, pending or placed (core/gangs.py).
+        self.gangs = gangs if gangs is not None else GangIndex()
         if on_pod_warning is not None:
             # Called synchronously, after the pod is charged, each time the cache charges a
             # pod whose assignment it does not trust (its first sight, its node's arrival, a
@@ -45,6 +49,10 @@ class ClusterEvents:
     def pod_changed(self, pod: PodInfo) -> None:
         """A pod added or updated (the watch's ADDED/MODIFIED)."""
         uid = pod.uid
+        ours = pod.scheduler_name in self.profiles or self.gangs.gang_of(uid) is not None
+        if ours and self.gangs.update(pod) and pod.gang is not None and not pod.node_name:
+            # A new member: siblings PreEnqueue held back may now be enough.
+            self._recheck_gang(pod.gang.name)
         if pod.node_name:
             # Bound, by us or any other scheduler: its usage counts, it is not ours to place.
             self.queue.delete(uid)
@@ -82,6 +90,7 @@ class ClusterEvents:
 
     def pod_deleted(self, pod: PodInfo) -> None:
         uid = pod.uid
+        self.gangs.remove(uid)
         entry = self.cache.get(uid)
         self.cache.remove_pod(uid)
         self.queue.delete(uid)
@@ -91,6 +100,24 @@ class ClusterEvents:
                 wp.reject("", f"pod {pod.key} was deleted")
         if entry is not None and entry.alloc is not None:
             self.queue.move_all(ClusterEvent.ASSIGNED_POD_DELETE, namespace=pod.namespace)
+
+    # -- gangs ------------------------------------------------------------------------------
+
+    def pod_group_changed(self, api: GangAPI, key: str, *, deleted: bool = False) -> None:
+        """A PodGroup object of `api` added, updated or deleted: its pending members are
+        judged again (PreEnqueue waits for the object and reads its minMember; a rejection
+        may have named its policy)."""
+        if deleted:
+            self.gangs.forget(key)
+        members = [
+            p.uid for p in self.gangs.members(key) if p.gang is not None and p.gang.api is api
+        ]
+        if members:
+            self.queue.recheck_gated(members)
+            self.queue.activate(members)
+
+    def _recheck_gang(self, key: str) -> None:
+        self.queue.recheck_gated([p.uid for p in self.gangs.members(key)])
 
     # -- nodes ------------------------------------------------------------------------------
 

@@ -9,6 +9,9 @@ from numpy.typing import NDArray
 
 from gpusched.core.cache.cache import ClusterCache
 from gpusched.core.cache.snapshot import Snapshot
+from gpusched.core.gangs import GangIndex
+from gpusched.core.runtime.waiting import WaitingPod, WaitingPods
+from gpusched.framework.gangs import NO_GANGS, GangPort
 from gpusched.framework.interfaces import ClusterPort, PodMatcher, Rows, UsedPorts
 from gpusched.framework.volumes import NO_VOLUMES, VolumePort
 from gpusched.model.pod import PodInfo
@@ -21,11 +24,18 @@ class SchedulerHandle:
         cluster: ClusterPort,
         clock: Callable[[], float],
         volumes: VolumePort = NO_VOLUMES,
+        gangs: GangPort = NO_GANGS,
     ) -> None:
         self.cache = cache
         self._cluster = cluster
         self._clock = clock
         self._volumes = volumes
+        self._gangs = gangs
+        # Shared by every profile's framework (kube-scheduler shares one waitingPods map),
+        # so a gang plugin sees its siblings whichever profile placed them.
+        self.waiting = WaitingPods()
+        # Filled by ClusterEvents (which is built later and handed this same index).
+        self.gang_index = GangIndex()
 
     @property
     def snapshot(self) -> Snapshot:
@@ -61,3 +71,20 @@ class SchedulerHandle:
 
     def namespace_labels(self) -> Mapping[str, Mapping[str, str]]:
         return self.cache.namespace_labels()
+
+    @property
+    def gangs(self) -> GangPort:
+        return self._gangs
+
+    def gang_members(self, key: str) -> Sequence[tuple[PodInfo, str]]:
+        out = []
+        for pod in self.gang_index.members(key):
+            entry = self.cache.get(pod.uid)
+            out.append((pod, entry.node if entry is not None else ""))
+        return out
+
+    def get_waiting_pod(self, uid: str) -> WaitingPod | None:
+        return self.waiting.get(uid)
+
+    def waiting_pods(self) -> Iterable[WaitingPod]:
+        return iter(self.waiting)

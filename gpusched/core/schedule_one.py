@@ -43,7 +43,7 @@ from gpusched.core.cache.cache import ClusterCache
 from gpusched.core.queue import ClusterEvent, QueuedPodInfo, SchedulingQueue
 from gpusched.core.runtime.framework import Framework, ScoreResult
 from gpusched.framework.cycle_state import CycleState
-from gpusched.framework.interfaces import ALLOCATION, Allocation, Diagnosis
+from gpusched.framework.interfaces import ALLOCATION, PODS_TO_ACTIVATE, Allocation, Diagnosis
 from gpusched.framework.status import (
     ClusterWriteError,
     Code,
@@ -208,6 +208,9 @@ class ScheduleOne:
             self._raised(info, exc)
             return None
         decision.started = t0
+        if activate := decision.state.get(PODS_TO_ACTIVATE):
+            activate.discard(pod.uid)
+            self.queue.activate(activate)
         if decision.result in (Result.SCHEDULED, Result.WAITING):
             return decision
         unschedulable = decision.result is Result.UNSCHEDULABLE
@@ -354,7 +357,7 @@ class ScheduleOne:
         except BaseException:
             # Cancelled (shutdown, lost lease): undo the placement; the next leader retries.
             if self._unwind(fw, decision):
-                self._freed(pod.uid)
+                self._freed(pod)
             raise
         try:
             if not st.is_success():
@@ -453,7 +456,7 @@ class ScheduleOne:
             decision.result = Result.ERROR
             self.queue.done(uid)
             if freed:
-                self._freed(uid)
+                self._freed(decision.pod)
             self._finished(info, decision, Outcome.DROPPED, message, _us(tb))
             return Outcome.DROPPED
         rejected = st.is_rejected()
@@ -462,7 +465,7 @@ class ScheduleOne:
         decision.result = Result.UNSCHEDULABLE if rejected else Result.ERROR
         self.queue.requeue(info, unschedulable=rejected, rejected_by=_plugin(st))
         if freed:
-            self._freed(uid)
+            self._freed(decision.pod)
         outcome = Outcome.UNSCHEDULABLE if rejected else Outcome.BIND_FAILED
         if not rejected:
             message = f"binding rejected: {message}"
@@ -509,8 +512,12 @@ class ScheduleOne:
         fw.waiting.remove(pod.uid)
         return self.cache.forget(pod.uid) is not None
 
-    def _freed(self, uid: str) -> None:
-        self.queue.move_all(ClusterEvent.ASSIGNED_POD_DELETE, exclude=uid)
+    def _freed(self, pod: PodInfo) -> None:
+        # A gang's members are undone together (its Permit rejects them all): the cards
+        # one frees must not wake a sibling parked a moment earlier, nor count as an event
+        # a sibling still in flight missed, or the gang that just failed retries at once.
+        gang = pod.gang.name if pod.gang is not None else ""
+        self.queue.move_all(ClusterEvent.ASSIGNED_POD_DELETE, exclude=pod.uid, exclude_gang=gang)
 
     def _undo_after_raise(self, fw: Framework, pod: PodInfo) -> None:
         # It raised after assuming the pod (a bug in the runtime) and no binding cycle owns
@@ -520,7 +527,7 @@ class ScheduleOne:
         if self.cache.is_assumed(pod.uid):
             self.cache.forget(pod.uid)
             fw.waiting.remove(pod.uid)
-            self._freed(pod.uid)
+            self._freed(pod)
 
 
 def _plugin(st: Status) -> frozenset[str]:

@@ -120,7 +120,9 @@ class Daemon:
         )
         # One framework per profile; a pod goes to the one named by its schedulerName.
         self.frameworks: dict[str, Framework] = {
-            p.scheduler_name: Framework(p, registry, self.handle, seed=config.tie_break_seed)
+            p.scheduler_name: Framework(
+                p, registry, self.handle, seed=config.tie_break_seed, waiting=self.handle.waiting
+            )
             for p in config.profiles
         }
         first = next(iter(self.frameworks.values()))
@@ -193,9 +195,10 @@ class Daemon:
         self.events = ClusterEvents(
             self.cache,
             self.queue,
-            [fw.waiting for fw in self.frameworks.values()],
+            [self.handle.waiting],
             self.frameworks,
             on_pod_warning=self._pod_warning,
+            gangs=self.handle.gang_index,
         )
         self.schedule_one = ScheduleOne(
             self.frameworks,

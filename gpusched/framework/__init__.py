@@ -11,6 +11,7 @@ from gpusched.framework.interfaces import (
     BINDING_ANNOTATIONS,
     MAX_NODE_SCORE,
     MIN_NODE_SCORE,
+    PODS_TO_ACTIVATE,
     Allocation,
     BindPlugin,
     ClusterPort,
@@ -35,6 +36,7 @@ from gpusched.framework.interfaces import (
     ScorePlugin,
     Scores,
     UsedPorts,
+    WaitingPodView,
     WarmStartPlugin,
 )
 from gpusched.framework.points import POINT_METHODS, PROTOCOLS, Point, implements
@@ -50,6 +52,7 @@ __all__ = [
     "MAX_NODE_SCORE",
     "MIN_NODE_SCORE",
     "NO_CARD",
+    "PODS_TO_ACTIVATE",
     "POINT_METHODS",
     "PROTOCOLS",
     "Allocation",
@@ -85,6 +88,7 @@ __all__ = [
     "StateKey",
     "Status",
     "UsedPorts",
+    "WaitingPodView",
     "WarmStartPlugin",
     "implements",
 ]

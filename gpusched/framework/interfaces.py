@@ -20,6 +20,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from gpusched.framework.cycle_state import CycleState, StateKey
+from gpusched.framework.gangs import GangPort
 from gpusched.framework.snapshot import NodeColumns
 from gpusched.framework.status import Status
 from gpusched.framework.volumes import VolumePort
@@ -83,6 +84,35 @@ BINDING_ANNOTATIONS: StateKey[dict[str, str]] = StateKey("gpusched/binding-annot
 it): kube-apiserver copies them onto the pod in the same write as spec.nodeName, so the pod
 is never seen bound without its card assignment and the scheduler needs no right to patch
 pods (pkg/registry/core/pod/storage/storage.go, setPodNodeAndMetadata)."""
+
+
+PODS_TO_ACTIVATE: StateKey[set[str]] = StateKey("gpusched/pods-to-activate")
+"""Pod uids a plugin wants moved to activeQ after this attempt, out of the unschedulable set
+or backoffQ (kube-scheduler's PodsToActivate): a gang member that starts placing its gang
+pulls its siblings in, so they are attempted together instead of one backoff apart."""
+
+
+class WaitingPodView(Protocol):
+    """A pod parked at Permit (core/runtime/waiting.py), as plugins see it."""
+
+    @property
+    def pod(self) -> PodInfo: ...
+
+    @property
+    def node(self) -> str: ...
+
+    @property
+    def done(self) -> bool:
+        """Allowed, rejected or timed out already."""
+        ...
+
+    def allow(self, plugin: str) -> None:
+        """`plugin` no longer holds the pod; it binds once no plugin does."""
+        ...
+
+    def reject(self, plugin: str, message: str) -> None:
+        """Undo the pod's placement now (Unschedulable, with `message`)."""
+        ...
 
 
 class PodMatcher(Protocol):
@@ -166,6 +196,25 @@ class Handle(Protocol):
     def namespace_labels(self) -> Mapping[str, Mapping[str, str]]:
         """The labels of every namespace known (namespaceSelector); empty where namespaces
         are not watched (the simulator)."""
+        ...
+
+    @property
+    def gangs(self) -> GangPort:
+        """The PodGroup objects of both PodGroup APIs (framework/gangs.py)."""
+        ...
+
+    def gang_members(self, key: str) -> Sequence[tuple[PodInfo, str]]:
+        """Every live pod of gang `key` ("namespace/name") this scheduler knows, pending or
+        placed, with the node the cache places it on ("" while pending; assumed pods count
+        as placed)."""
+        ...
+
+    def get_waiting_pod(self, uid: str) -> WaitingPodView | None:
+        """The pod parked at Permit with this uid (any profile's), if any."""
+        ...
+
+    def waiting_pods(self) -> Iterable[WaitingPodView]:
+        """Every pod parked at Permit (a copy: callers reject while iterating)."""
         ...
 
 

@@ -27,6 +27,7 @@ from gpusched.core.queue import QueuedPodInfo, SchedulingQueue
 from gpusched.core.queue.queue import GATED
 from gpusched.core.runtime.framework import Framework, TieBreak, pre_enqueue_of
 from gpusched.core.schedule_one import Decision, Observer, Outcome, Result, ScheduleOne
+from gpusched.framework.gangs import NO_GANGS, GangPort
 from gpusched.framework.registry import Registry
 from gpusched.framework.status import ClusterWriteError, Code, Status
 from gpusched.model import keys
@@ -127,17 +128,27 @@ class Simulation:
         idle_temperatures: Mapping[str, float] | None = None,
         max_cards: int = 8,
         tie_break: TieBreak | None = None,
+        gangs: GangPort = NO_GANGS,
     ) -> None:
         node_list = list(nodes)
         self.clock = VirtualClock()
         self.cache = ClusterCache(Snapshot(max_cards, capacity=max(64, len(node_list))))
         self.cluster = InMemoryCluster()
-        self.handle = SchedulerHandle(self.cache, self.cluster, self.clock)
-        self.fw = Framework(profile, registry, self.handle, seed=seed, tie_break=tie_break)
+        self.handle = SchedulerHandle(self.cache, self.cluster, self.clock, gangs=gangs)
+        self.fw = Framework(
+            profile,
+            registry,
+            self.handle,
+            seed=seed,
+            tie_break=tie_break,
+            waiting=self.handle.waiting,
+        )
         self.queue = SchedulingQueue(
             self.fw.less, self.clock, pre_enqueue=pre_enqueue_of({self.name: self.fw})
         )
-        self.events = ClusterEvents(self.cache, self.queue, [self.fw.waiting], [self.name])
+        self.events = ClusterEvents(
+            self.cache, self.queue, [self.fw.waiting], [self.name], gangs=self.handle.gang_index
+        )
         self.cluster.events = self.events
         for node in node_list:
             self.events.node_changed(node)  # the daemon's node watch, at start-up

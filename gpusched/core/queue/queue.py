@@ -142,11 +142,15 @@ class SchedulingQueue:
         event: ClusterEvent,
         *,
         exclude: str = "",
+        exclude_gang: str = "",
         change: NodeChange = NodeChange.ANY,
         namespace: str | None = None,
     ) -> int:
         """Move unschedulable pods the event may help; returns how many moved. `exclude`: a
-        pod the event is about (its own placement was just undone) that must stay put.
+        pod the event is about (its own placement was just undone) that must stay put;
+        `exclude_gang`: so must every member of that gang (the gang was rejected as a whole:
+        the cards its own members free must not send it straight back, nor count as an event
+        its members in flight missed).
         `change`: what a NODE_UPDATE changed; an update that changed nothing a plugin reads
         is no event at all. `namespace`: the namespace of a pod event's pod; pods whose
         rejection only their own namespace's pods can lift (PodTopologySpread) move only
@@ -155,7 +159,8 @@ class SchedulingQueue:
             return 0
         # Pods in flight missed it: their attempt's verdict may be stale (see requeue).
         for info in self.inflight.values():
-            info.missed.add((event, change))
+            if not exclude_gang or _gang(info) != exclude_gang:
+                info.missed.add((event, change))
         now = self.clock()
         moved = 0
         scoped_event = namespace is not None and event in POD_EVENTS
@@ -166,8 +171,45 @@ class SchedulingQueue:
             for info in self.unschedulable.group(rejected_by):
                 if info.uid == exclude or (scoped and info.pod.namespace != namespace):
                     continue
+                if exclude_gang and _gang(info) == exclude_gang:
+                    continue
                 self.unschedulable.remove(info.uid)
                 self._requeue_moved(info, now)
+                moved += 1
+        return moved
+
+    def activate(self, uids: Iterable[str]) -> int:
+        """Move these pods from the unschedulable set or backoffQ to activeQ now, ignoring
+        their backoff (kube-scheduler's Activate, fed by a plugin's PodsToActivate: a gang
+        whose first member started placing pulls its siblings in). Returns how many moved;
+        pods elsewhere (in flight, gated, active, unknown) are left alone."""
+        now = self.clock()
+        moved = 0
+        for uid in uids:
+            info = self.unschedulable.get(uid)
+            if info is not None:
+                self.unschedulable.remove(uid)
+            elif (info := self.backoff.get(uid)) is not None:
+                self.backoff.remove(uid)
+            else:
+                continue
+            self._to_active(info, now)
+            moved += 1
+        return moved
+
+    def recheck_gated(self, uids: Iterable[str]) -> int:
+        """Run PreEnqueue again for these gated pods: something other than the pod itself
+        changed what a PreEnqueue plugin decides (a gang's member arrived, its PodGroup
+        appeared). Returns how many entered activeQ."""
+        if self.pre_enqueue is None:
+            return 0
+        now = self.clock()
+        moved = 0
+        for uid in uids:
+            info = self.gated.get(uid)
+            if info is not None and self._admitted(info.pod):
+                del self.gated[uid]
+                self._to_active(info, now)
                 moved += 1
         return moved
 
@@ -325,3 +367,8 @@ class SchedulingQueue:
         self.active.push(info)
         if self._wakeup is not None:
             self._wakeup.set()
+
+
+def _gang(info: QueuedPodInfo) -> str | None:
+    gang = info.pod.gang
+    return gang.name if gang is not None else None

@@ -130,6 +130,7 @@ class Framework:
         *,
         tie_break: TieBreak | None = None,
         seed: int = 0,
+        waiting: WaitingPods | None = None,
     ) -> None:
         """`seed` orders nodes for the tie-break (core/runtime/tie_break.py); `tie_break`
         replaces the rule (the simulator's reproduction of the FGD paper's node order)."""
@@ -137,7 +138,9 @@ class Framework:
         self.handle = handle
         self.scheduler_name = profile.scheduler_name
         self.timings = Timings()
-        self.waiting = WaitingPods()
+        # Pods parked at Permit: the handle's map when it has one, so every profile and the
+        # plugins (Handle.waiting_pods) see the same pods.
+        self.waiting = waiting if waiting is not None else WaitingPods()
         self.tie_break: TieBreak = tie_break or SeededNodeOrder(handle, seed)
         self.plugins: dict[str, Any] = {}
         for name in profile.names():

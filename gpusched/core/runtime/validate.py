@@ -15,7 +15,15 @@ from numpy.typing import NDArray
 from gpusched.config import ConfigError, SchedulerConfig
 from gpusched.config.args import ErrorList
 from gpusched.core.runtime.framework import Framework
-from gpusched.framework.interfaces import ClusterPort, Handle, PodMatcher, Rows, UsedPorts
+from gpusched.framework.gangs import NO_GANGS, GangPort
+from gpusched.framework.interfaces import (
+    ClusterPort,
+    Handle,
+    PodMatcher,
+    Rows,
+    UsedPorts,
+    WaitingPodView,
+)
 from gpusched.framework.registry import Registry
 from gpusched.framework.snapshot import NodeColumns
 from gpusched.framework.status import Code, Status
@@ -75,6 +83,19 @@ class _StubHandle:
     @property
     def volumes(self) -> VolumePort:
         return NO_VOLUMES
+
+    @property
+    def gangs(self) -> GangPort:
+        return NO_GANGS
+
+    def gang_members(self, key: str) -> Sequence[tuple[PodInfo, str]]:
+        return ()
+
+    def get_waiting_pod(self, uid: str) -> WaitingPodView | None:
+        return None
+
+    def waiting_pods(self) -> Iterable[WaitingPodView]:
+        return ()
 
 
 def validate_profiles(config: SchedulerConfig, registry: Registry) -> None:
