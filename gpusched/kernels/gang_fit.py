@@ -67,6 +67,8 @@ ISLAND_BINS = 128
 # Integers below 2**53 are exact in float64, and so is the truncated quotient of two of them
 # (the rounding error of a / b is below 1 / b, its distance to the next integer).
 EXACT_F64 = 1 << 53
+# Room is at most the node's free pod slots (int32), so larger quotients can be clamped here.
+INT32_MAX_F = 2147483647.0
 
 
 @njit_kernel
@@ -127,9 +129,10 @@ def gang_fit_nb(
     islands = whole and nvlink == 2
     # floor(i / k) for every count a row can reach (at most 63 cards): a lookup, not a
     # division per row.
-    per_k = np.zeros(MAX_CARDS + 1, dtype=np.int64)
+    # ceil(held / k) reads it at held + k - 1 <= 64 + 64 - 1.
+    per_k = np.zeros(2 * MAX_CARDS + 2, dtype=np.int64)
     if whole:
-        for i in range(MAX_CARDS + 1):
+        for i in range(per_k.shape[0]):
             per_k[i] = i // k
     island_one = np.zeros(9, dtype=np.uint64)
     for i in range(8):
@@ -184,10 +187,18 @@ def gang_fit_nb(
         if shared:
             if r_mem > 0:
                 _shared_fits_mem(
-                    free_milli[lo:hi], free_mem[lo:hi], total_mem[lo:hi], r_milli, r_mem, flags, fits
+                    free_milli[lo:hi],
+                    free_mem[lo:hi],
+                    total_mem[lo:hi],
+                    r_milli,
+                    r_mem,
+                    flags,
+                    fits,
                 )
             else:
-                _shared_fits(free_milli[lo:hi], free_mem[lo:hi], total_mem[lo:hi], r_milli, flags, fits)
+                _shared_fits(
+                    free_milli[lo:hi], free_mem[lo:hi], total_mem[lo:hi], r_milli, flags, fits
+                )
             if C == 8:
                 total += _shared_rows8(fits, room_b, held_b, out_b)
             else:
@@ -210,12 +221,10 @@ def gang_fit_nb(
 
 
 @njit_inline
-def _quotient(a: Int, b: Int) -> Int:
-    """floor(a / b) for b >= 1, through float64 when both are exact there (int64 division
-    costs ~40 cycles; rows pay two of them)."""
-    if 0 <= a < EXACT_F64 and b < EXACT_F64:
-        return np.int64(np.float64(a) / np.float64(b))
-    return a // b
+def _held(amount: Int) -> Int:
+    """A held amount as int64; a negative one (a caller's bug) holds nothing."""
+    x = np.int64(amount)
+    return x if x > 0 else np.int64(0)
 
 
 @njit_kernel
@@ -234,19 +243,69 @@ def _room(
     room: npt.NDArray[np.int64],
 ) -> bool:
     """Phase 0: pods the node's CPU, memory and pod slots leave room for, capped and floored
-    at 0 (0 outside ``valid & cand``); whether any row of the block has room."""
+    at 0 (0 outside ``valid & cand``); whether any row of the block has room.
+
+    Branch-free, with float64 quotients (int64 division costs ~40 cycles and rows need two):
+    exact while the dividend and divisor are below 2**53, clamped to the int32 range (the
+    pod-slot term already is). A block holding larger amounts takes the exact loop.
+    """
+    if r_cpu >= EXACT_F64 or r_bytes >= EXACT_F64:
+        return _room_exact(
+            valid, cand, pods, held_pods, cpu, held_cpu, mem, held_mem, r_cpu, r_bytes, cap, room
+        )
+    per_cpu = np.float64(max(r_cpu, 1))
+    per_byte = np.float64(max(r_bytes, 1))
+    big = False
+    any_room = False
+    for b in range(valid.shape[0]):
+        x = np.int64(min(cap, np.int64(pods[b]) - _held(held_pods[b])))
+        c = cpu[b] - _held(held_cpu[b])
+        m = mem[b] - _held(held_mem[b])
+        big |= (c >= EXACT_F64) | (m >= EXACT_F64)
+        # A negative amount becomes -1: its quotient truncates to 0, as its floor would
+        # after the final max(., 0).
+        by_cpu = np.int64(min(np.float64(max(c, -1)) / per_cpu, INT32_MAX_F))
+        by_mem = np.int64(min(np.float64(max(m, -1)) / per_byte, INT32_MAX_F))
+        x = min(x, by_cpu) if r_cpu > 0 else x
+        x = min(x, by_mem) if r_bytes > 0 else x
+        x = x if (x > 0) & valid[b] & cand[b] else np.int64(0)
+        room[b] = x
+        any_room |= bool(x > 0)
+    if big:
+        return _room_exact(
+            valid, cand, pods, held_pods, cpu, held_cpu, mem, held_mem, r_cpu, r_bytes, cap, room
+        )
+    return any_room
+
+
+@njit_kernel
+def _room_exact(
+    valid: npt.NDArray[np.bool_],
+    cand: npt.NDArray[np.bool_],
+    pods: npt.NDArray[np.int32],
+    held_pods: npt.NDArray[np.int32],
+    cpu: npt.NDArray[np.int64],
+    held_cpu: npt.NDArray[np.int64],
+    mem: npt.NDArray[np.int64],
+    held_mem: npt.NDArray[np.int64],
+    r_cpu: Int,
+    r_bytes: Int,
+    cap: Int,
+    room: npt.NDArray[np.int64],
+) -> bool:
+    """:func:`_room` in integer division, for amounts beyond float64's exact integers."""
     any_room = False
     for b in range(valid.shape[0]):
         x = np.int64(0)
         if valid[b] & cand[b]:
-            x = min(cap, np.int64(pods[b]) - max(np.int64(held_pods[b]), 0))
-            if r_cpu > 0 and x > 0:
-                x = min(x, _quotient(cpu[b] - max(held_cpu[b], 0), r_cpu))
-            if r_bytes > 0 and x > 0:
-                x = min(x, _quotient(mem[b] - max(held_mem[b], 0), r_bytes))
-        x = max(x, 0)
+            x = np.int64(min(cap, np.int64(pods[b]) - _held(held_pods[b])))
+            if r_cpu > 0:
+                x = min(x, (cpu[b] - _held(held_cpu[b])) // r_cpu)
+            if r_bytes > 0:
+                x = min(x, (mem[b] - _held(held_mem[b])) // r_bytes)
+        x = x if x > 0 else np.int64(0)
         room[b] = x
-        any_room |= x > 0
+        any_room |= bool(x > 0)
     return any_room
 
 
@@ -335,7 +394,7 @@ def _shared_rows8(
             v = np.int64(fits[8 * b + c])
             s += v
             most = max(most, v)
-        g = max(s - max(np.int64(held[b]), 0) * most, 0)
+        g = max(s - _held(held[b]) * most, 0)
         x = min(room[b], g)
         out[b] = x
         total += x
@@ -359,7 +418,7 @@ def _shared_rows(
             v = np.int64(fits[c])
             s += v
             most = max(most, v)
-        g = max(s - max(np.int64(held[b]), 0) * most, 0)
+        g = max(s - _held(held[b]) * most, 0)
         x = min(room[b], g)
         out[b] = x
         total += x
@@ -379,7 +438,7 @@ def _whole_rows8(
     total = np.int64(0)
     for b in range(room.shape[0]):
         elig = _byte_sum((flags64[b] >> np.uint64(1)) & ONES8)
-        free = min(max(elig - max(np.int64(held[b]), 0), 0), MAX_CARDS)
+        free = min(max(elig - _held(held[b]), 0), MAX_CARDS)
         x = min(room[b], per_k[free])
         out[b] = x
         total += x
@@ -401,7 +460,7 @@ def _whole_rows(
         elig = np.int64(0)
         for c in range(b * C, b * C + C):
             elig += (flags[c] >> 1) & 1
-        free = min(max(elig - max(np.int64(held[b]), 0), 0), MAX_CARDS)
+        free = min(max(elig - _held(held[b]), 0), MAX_CARDS)
         x = min(room[b], per_k[free])
         out[b] = x
         total += x
@@ -422,33 +481,62 @@ def _island_rows(
     held: npt.NDArray[np.int32],
     out: npt.NDArray[np.int32],
 ) -> Int:
-    """NVLink-required counts: sum over known islands of floor(eligible in island / k).
+    """NVLink-required counts: sum over known islands of floor(eligible in island / k),
+    minus ceil(held / k).
 
-    Islands 0..7 are the bytes of one uint64 histogram per row (as in ``gpu_summary``);
-    eligible cards in islands >= 8 (flagged ``HIGH_ISLAND``) go through ``hist``, which
-    is all zero between rows.
+    Islands 0..7 are the bytes of one uint64 histogram per row (as in ``gpu_summary``),
+    branch-free; rows with eligible cards in islands >= 8 (flagged ``HIGH_ISLAND``; never,
+    on real topologies) are recounted afterwards through ``hist``.
     """
     total = np.int64(0)
+    any_high = False
     for b in range(room.shape[0]):
-        x = np.int64(0)
-        if room[b] > 0:
-            h = np.uint64(0)
-            high = np.uint8(0)
+        h = np.uint64(0)
+        high = np.uint8(0)
+        if C == 8:
+            # Literal trip count: unrolled, no per-row loop overhead.
+            for c in range(8):
+                h += island_one[slots[8 * b + c]]
+                high |= flags[8 * b + c]
+        else:
             for c in range(b * C, b * C + C):
                 h += island_one[slots[c]]
                 high |= flags[c]
-            pods = np.int64(0)
-            for i in range(8):
-                pods += per_k[np.int64((h >> np.uint64(8 * i)) & np.uint64(0xFF))]
-            if high & HIGH_ISLAND:
-                pods += _high_island_pods(flags, island, b * C, C, k, hist)
-            hb = max(np.int64(held[b]), 0)
-            if hb > 0:
-                pods -= (hb + k - 1) // k
-            x = max(min(room[b], pods), 0)
+        x = _held_islands(h, per_k, k, np.int64(0), held[b], room[b])
+        any_high |= (room[b] > 0) & ((high & HIGH_ISLAND) != 0)
         out[b] = x
         total += x
+    if any_high:
+        for b in range(room.shape[0]):
+            j0 = b * C
+            high = np.uint8(0)
+            h = np.uint64(0)
+            for c in range(j0, j0 + C):
+                h += island_one[slots[c]]
+                high |= flags[c]
+            if room[b] > 0 and high & HIGH_ISLAND:
+                extra = _high_island_pods(flags, island, j0, C, k, hist)
+                x = _held_islands(h, per_k, k, extra, held[b], room[b])
+                total += x - np.int64(out[b])
+                out[b] = x
     return total
+
+
+@njit_inline
+def _held_islands(
+    h: np.uint64, per_k: npt.NDArray[np.int64], k: Int, extra: Int, held: Int, room: Int
+) -> Int:
+    """One row's count from its island histogram ``h`` (islands 0..7) and ``extra`` pods
+    in higher islands: their pods minus ceil(held / k), within [0, room]."""
+    pods = extra
+    for i in range(8):
+        pods += per_k[np.int64((h >> np.uint64(8 * i)) & np.uint64(0xFF))]
+    # A row holds at most 63 cards, i.e. at most floor(63 / k) pods: held amounts above 64
+    # zero the count as 64 does, and per_k's index stays in range.
+    # Past k = 64 no row takes a pod at all, so any in-range ceiling will do.
+    hb = min(_held(held), np.int64(MAX_CARDS + 1))
+    pods -= per_k[hb + min(k, np.int64(MAX_CARDS + 1)) - 1] if hb > 0 else 0
+    return max(min(room, pods), 0)
 
 
 @njit_kernel

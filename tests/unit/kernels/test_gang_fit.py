@@ -39,7 +39,10 @@ class Held:
     @classmethod
     def none(cls, n: int) -> Held:
         return cls(
-            np.zeros(n, np.int32), np.zeros(n, np.int64), np.zeros(n, np.int64), np.zeros(n, np.int32)
+            np.zeros(n, np.int32),
+            np.zeros(n, np.int64),
+            np.zeros(n, np.int64),
+            np.zeros(n, np.int32),
         )
 
 
@@ -92,9 +95,7 @@ def roomy(cl: Cluster) -> Cluster:
     return cl
 
 
-def counts(
-    cl: Cluster, req: Request, held_cards: int = 0, host: Host | None = None
-) -> list[int]:
+def counts(cl: Cluster, req: Request, held_cards: int = 0, host: Host | None = None) -> list[int]:
     """The one-node count from both flavours (asserted equal)."""
     held = Held.none(cl.n)
     held.cards[:] = held_cards
