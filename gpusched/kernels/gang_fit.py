@@ -31,7 +31,8 @@ The count is then capped by the node's CPU, memory and pod slots left after the 
 ``pods_free - held_pods``), floored at 0 and capped at ``cap``. Negative ``held_*`` values
 (a caller's bug) count as 0 rather than lending the node capacity it does not have. Rows that
 are not ``node_valid & candidates`` get 0. Every count is at most ``pods_free`` (int32), and
-the returned sum is accumulated in int64.
+the returned sum is accumulated in int64. ``cap < 0`` and more than 63 card slots per node
+(gpu_summary's limit) raise ValueError.
 """
 
 from __future__ import annotations
@@ -245,7 +246,7 @@ def _room(
     """Phase 0: pods the node's CPU, memory and pod slots leave room for, capped and floored
     at 0 (0 outside ``valid & cand``); whether any row of the block has room.
 
-    Branch-free, with float64 quotients (int64 division costs ~40 cycles and rows need two):
+    Branch-free, with float64 quotients (int64 division costs tens of cycles, rows need two):
     exact while the dividend and divisor are below 2**53, clamped to the int32 range (the
     pod-slot term already is). A block holding larger amounts takes the exact loop.
     """

@@ -192,6 +192,26 @@ def test_cpu_memory_pods_and_cap_limit_after_the_held_amounts() -> None:
         assert run(kernel, cl, no_gpu, held, Host(cpu=20_000))[1][0] == 0
 
 
+def test_amounts_beyond_float64_integers_divide_exactly() -> None:
+    # The kernel divides in float64 where that is exact; 2**54 - 1 is not (it rounds up to
+    # 2**54, whose quotient is one more), nor is a divisor of 2**53 + 1.
+    cl = one([1000])
+    cl.node_pods_free[0] = 2**30
+    no_gpu = Request(0, 0, 0, ALL, 0)
+    for kernel in KERNELS:
+        cl.node_cpu_free[0] = 2**54 - 1
+        assert run(kernel, cl, no_gpu, host=Host(cpu=2**26, cap=2**31))[1][0] == 2**28 - 1
+        cl.node_cpu_free[0] = 2**60
+        assert run(kernel, cl, no_gpu, host=Host(cpu=2**53 + 1, cap=2**31))[1][0] == 127
+
+
+def test_more_cards_than_any_node_has_fit_nowhere() -> None:
+    cl = one([1000] * 8)
+    for nvlink in (0, 2):
+        assert counts(cl, Request(100, 0, 0, ALL, nvlink), held_cards=3) == [0, 0]
+        assert counts(cl, Request(9, 0, 0, ALL, nvlink)) == [0, 0]
+
+
 def test_negative_held_amounts_lend_no_capacity() -> None:
     cl = one([1000] * 2)
     cl.node_pods_free[0] = 3
