@@ -25,6 +25,7 @@ from gpusched.kernels.fit_resources import (
     fit_resources_np,
 )
 from gpusched.kernels.frag_score import frag_score_nb, frag_score_np
+from gpusched.kernels.gang_fit import gang_fit_nb, gang_fit_np
 from gpusched.kernels.gpu_summary import gpu_summary_nb, gpu_summary_np
 from gpusched.kernels.packing_score import packing_score_nb, packing_score_np
 from gpusched.kernels.thermal_filter import thermal_filter_nb, thermal_filter_np
@@ -61,6 +62,8 @@ __all__ = [
     "fit_resources_np",
     "frag_score_nb",
     "frag_score_np",
+    "gang_fit_nb",
+    "gang_fit_np",
     "gpu_summary_nb",
     "gpu_summary_np",
     "packing_score_nb",
