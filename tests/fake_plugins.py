@@ -179,6 +179,16 @@ class ThermalArgs:
 P = Point
 DEFAULT_FAKES = (
     fake("PrioritySort", P.QUEUE_SORT),
+    fake(
+        "GangScheduling",
+        P.QUEUE_SORT,
+        P.PRE_ENQUEUE,
+        P.PRE_FILTER,
+        P.FILTER,
+        P.POST_FILTER,
+        P.RESERVE,
+        P.PERMIT,
+    ),
     fake("NodeResourcesFit", P.PRE_FILTER, P.FILTER, P.SCORE, args=FitArgs),
     fake("NodeAffinity", P.PRE_FILTER, P.FILTER),
     fake("GPUFit", P.PRE_FILTER, P.FILTER, P.RESERVE, P.PRE_BIND),

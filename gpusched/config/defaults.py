@@ -52,8 +52,9 @@ def _refs(*names: str) -> tuple[PluginRef, ...]:
 # InterPodAffinity as in kube-scheduler's default profile; DynamicResources refuses pods
 # with DRA claims until gpusched allocates them.
 DEFAULT_PLUGINS: Mapping[Point, tuple[PluginRef, ...]] = {
-    Point.PRE_ENQUEUE: _refs("SchedulingGates"),
-    Point.QUEUE_SORT: _refs("PrioritySort"),
+    Point.PRE_ENQUEUE: _refs("SchedulingGates", "GangScheduling"),
+    # PrioritySort's order, with a gang's pods kept together (they pop one after the other).
+    Point.QUEUE_SORT: _refs("GangScheduling"),
     # kube-scheduler's order (the first PreFilter to refuse a pod words its message); the
     # volume plugins and InterPodAffinity skip a pod that has nothing for them.
     Point.PRE_FILTER: _refs(
@@ -68,6 +69,8 @@ DEFAULT_PLUGINS: Mapping[Point, tuple[PluginRef, ...]] = {
         "PodTopologySpread",
         "InterPodAffinity",
         "DynamicResources",
+        # Last: whether the whole gang fits is asked only of a pod every other plugin let in.
+        "GangScheduling",
     ),
     # kube-scheduler's order: a node is counted under the first Filter that rejects it, so
     # the FailedScheduling message depends on it (tests/integration/test_differential.py).
@@ -88,7 +91,11 @@ DEFAULT_PLUGINS: Mapping[Point, tuple[PluginRef, ...]] = {
         "PodTopologySpread",
         "InterPodAffinity",
         "Thermal",
+        # Last: the gang's racks are chosen over the nodes that pass the pod's other filters.
+        "GangScheduling",
     ),
+    # A member that cannot be placed releases its siblings waiting at Permit.
+    Point.POST_FILTER: _refs("GangScheduling"),
     Point.PRE_SCORE: _refs("PodTopologySpread", "InterPodAffinity", "NetworkLocality"),
     # The seed article weights fragmentation 0.40, thermal 0.35, network 0.25. Measured in
     # the simulator (`gpusched simulate`, seeds 1-3), a 0.35 thermal score steers work off
@@ -121,7 +128,9 @@ DEFAULT_PLUGINS: Mapping[Point, tuple[PluginRef, ...]] = {
         PluginRef("PodTopologySpread", 2),
     ),
     # VolumeBinding binds the pod's claims before the pod (kube-scheduler's order).
-    Point.RESERVE: _refs("VolumeBinding", "GPUFit"),
+    # GangScheduling first, so its Unreserve runs when any later Reserve fails.
+    Point.RESERVE: _refs("GangScheduling", "VolumeBinding", "GPUFit"),
+    Point.PERMIT: _refs("GangScheduling"),
     Point.PRE_BIND: _refs("VolumeBinding", "GPUFit"),
     Point.BIND: _refs("DefaultBinder"),
 }

@@ -234,9 +234,31 @@ class ScheduleOne:
         ns["PreFilter"] = t1 - t0
         if not st.is_success():
             diag = Diagnosis(total_nodes=fw.handle.snapshot.size, pre_filter_status=st)
-            result = Result.ERROR if st.code is Code.ERROR else Result.UNSCHEDULABLE
+            if st.code is Code.ERROR:
+                return Decision(
+                    pod,
+                    Result.ERROR,
+                    st,
+                    state,
+                    diagnosis=diag,
+                    point_ns=ns,
+                    rejected_by=_plugin(st),
+                )
+            # kube-scheduler runs PostFilter after a PreFilter rejection too (its FitError):
+            # a gang member refused here must release the siblings waiting at Permit.
+            nominated, pst = fw.run_post_filter(state, pod, diag)
+            ns["PostFilter"] = clock() - t1
+            if pst.code is Code.ERROR:
+                return Decision(pod, Result.ERROR, pst, state, diagnosis=diag, point_ns=ns)
             return Decision(
-                pod, result, st, state, diagnosis=diag, point_ns=ns, rejected_by=_plugin(st)
+                pod,
+                Result.UNSCHEDULABLE,
+                st,
+                state,
+                diagnosis=diag,
+                nominated=nominated,
+                point_ns=ns,
+                rejected_by=_plugin(st),
             )
         feasible, diag, st = fw.run_filter(state, pod, fw.candidates(rows))
         t2 = clock()

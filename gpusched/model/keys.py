@@ -13,6 +13,10 @@ POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
 GANG_NAME = "scheduling.ai/gang-name"
 GANG_TOTAL = "scheduling.ai/gang-total"
 JOB_ID_LABEL = "ai.training/job-id"
+# A gang's topology: "rack" or "spine", on the PodGroup (or on an annotation gang's pods).
+TOPOLOGY_REQUIRED = "gpusched.io/topology-required"
+TOPOLOGY_PREFERRED = "gpusched.io/topology-preferred"
+TOPOLOGY_TIERS = ("rack", "spine")
 TENANT_LABEL = "gpusched.io/tenant"
 PREEMPTIBLE = "gpusched.io/preemptible"
 LAST_CHECKPOINT = "gpusched.io/last-checkpoint-time"
@@ -38,6 +42,8 @@ POD_ANNOTATIONS = (
     NVLINK,
     GANG_NAME,
     GANG_TOTAL,
+    TOPOLOGY_REQUIRED,
+    TOPOLOGY_PREFERRED,
     PREEMPTIBLE,
     LAST_CHECKPOINT,
     CHECKPOINT_INTERVAL,

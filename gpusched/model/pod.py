@@ -473,6 +473,12 @@ def _gang(
             found.append((gang, f"annotation {keys.GANG_NAME}={gname!r}"))
     elif keys.GANG_TOTAL in ann:
         errors.append(f"annotation {keys.GANG_TOTAL} without {keys.GANG_NAME}")
+    for key in (keys.TOPOLOGY_REQUIRED, keys.TOPOLOGY_PREFERRED):
+        tier = ann.get(key)
+        if tier is not None and tier not in keys.TOPOLOGY_TIERS:
+            errors.append(
+                f"annotation {key}={tier!r} must be one of {', '.join(keys.TOPOLOGY_TIERS)}"
+            )
     if len(found) > 1:
         named = " and ".join(f"{field} ({g.api.value})" for g, field in found)
         errors.append(f"{named} each put the pod in a gang: use one of them")

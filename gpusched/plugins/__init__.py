@@ -8,6 +8,7 @@ from gpusched.plugins.default_binder import DefaultBinder
 from gpusched.plugins.dot_product_score import DotProductScore
 from gpusched.plugins.dynamic_resources import DynamicResources
 from gpusched.plugins.fgd_score import FGDScore
+from gpusched.plugins.gang_scheduling import GangScheduling
 from gpusched.plugins.gpu_clustering_score import GpuClusteringScore
 from gpusched.plugins.gpu_fit import GPUFit
 from gpusched.plugins.gpu_fragmentation import GPUFragmentation
@@ -33,6 +34,7 @@ from gpusched.plugins.volume_zone import VolumeZone
 
 BUILTIN = (
     PrioritySort,
+    GangScheduling,
     SchedulingGates,
     NodeUnschedulable,
     NodeName,

@@ -329,7 +329,7 @@ def test_queue_sort_must_be_exactly_one(registry: Registry) -> None:
     )
     assert msg == (
         "profiles[0].plugins.queueSort: exactly one QueueSort plugin must be enabled,"
-        " got 2 (PrioritySort, OtherSort)"
+        " got 2 (GangScheduling, OtherSort)"
     )
     msg = config_load_error(
         config_doc(config_plugins(queueSort={"disabled": [{"name": "*"}]})), registry
@@ -395,7 +395,7 @@ def test_profiles_must_share_the_queue_sort(registry: Registry) -> None:
     msg = config_load_error(config_doc({"schedulerName": "a"}, other), registry)
     assert msg == (
         "profiles[1].plugins.queueSort: all profiles share one queue, so they must use the same"
-        " QueueSort plugin as 'a' (PrioritySort), got 'OtherSort'"
+        " QueueSort plugin as 'a' (GangScheduling), got 'OtherSort'"
     )
 
 
@@ -442,7 +442,7 @@ def test_plugin_config_for_a_plugin_not_in_the_profile(registry: Registry) -> No
     )
     assert msg.startswith(
         "profiles[0].pluginConfig[Spread].name: plugin 'Spread' is not enabled in this profile,"
-        " so its args would be ignored (enabled: SchedulingGates, PrioritySort,"
+        " so its args would be ignored (enabled: SchedulingGates, GangScheduling,"
     )
 
 

@@ -684,6 +684,13 @@ def test_any_pending_pod_is_placed_within_the_cards_or_told_why_and_frees_exactl
     present = snap.card_model != NO_CARD
     for raw in raws:
         p = pod_from_k8s(raw)
+        if p.gang is not None and not p.errors:
+            # A gang member waits at PreEnqueue for its PodGroup (none exists here).
+            assert sim.events is not None
+            sim.events.pod_changed(dataclasses.replace(p, scheduler_name=sim.name))
+            sim.run()
+            assert sim.queue.where(p.uid) == "gated"
+            continue
         decision = sim.submit(p)  # never raises
         assert decision.result is not Result.ERROR, decision.message
         if p.errors:

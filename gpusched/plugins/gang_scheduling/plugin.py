@@ -1,0 +1,541 @@
+"""GangScheduling: a gang's pods start all together or not at all, in the fewest racks.
+
+One implementation behind the three gang APIs (model/pod.py `GangAPI`); the minimum and
+the policy come from the PodGroup object (Handle.gangs) or from the pods' annotations.
+
+    QueueSort   priority, then the gang's age, then the gang: a gang's pods pop together
+    PreEnqueue  hold a member until minMember pods of its gang exist (and its PodGroup does)
+    PreFilter   no plan yet: can the free capacity, card by card, hold the members still
+                needed, inside one allowed topology domain? No -> refused before any member
+                reserves a card. A plan exists -> only its racks' nodes.
+    Filter      the first member plans for the whole gang over the nodes that passed its
+                filters: the fewest racks, then spines, best fit (placement.py); nodes a
+                starving gang reserved are refused to everyone else
+    PostFilter  a member found no node: every member waiting at Permit is released
+    Reserve     the member takes its planned slot; Unreserve (any failure after Reserve, a
+                timeout at Permit, a failed binding) releases every waiting member
+    Permit      wait until minMember are placed, then allow them all
+
+No deadlock: a gang plans only what fits in the capacity nobody else holds (free capacity
+minus the slots other assembling gangs planned and the nodes a starving gang reserved), so
+two gangs never each hold half of what both need; a gang that cannot fit holds nothing.
+No starvation: a gang refused for capacity for `starvationSeconds` reserves the nodes it
+needs (on an empty cluster: the fewest racks, the emptiest nodes first); no other pod is
+placed there, so as their pods finish the gang fits. At most one gang reserves at a time
+(the first to starve); the reservation ends when the gang is placed or has no pending pods.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+from numpy.typing import NDArray
+
+from gpusched.framework.cycle_state import CycleState, StateKey
+from gpusched.framework.interfaces import (
+    PODS_TO_ACTIVATE,
+    Diagnosis,
+    FilterResult,
+    Handle,
+    Mask,
+    PreFilterResult,
+)
+from gpusched.framework.status import SUCCESS, Status, skip, unresolvable, unschedulable, wait
+from gpusched.kernels import gang_fit_nb, gang_fit_np
+from gpusched.kernels.dispatch import pick
+from gpusched.model import keys
+from gpusched.model.pod import GangAPI, PodInfo
+from gpusched.plugins.gang_scheduling import placement
+from gpusched.plugins.gang_scheduling.args import GangSchedulingArgs
+from gpusched.plugins.helper.args import checked_args
+
+NAME = "GangScheduling"
+HOSTNAME = "kubernetes.io/hostname"
+RESERVED = "node(s) were reserved for a gang waiting longer"
+OUTSIDE = "node(s) were outside the racks chosen for the pod's gang"
+
+gang_fit = pick(gang_fit_nb, gang_fit_np)
+
+_KIND = {
+    GangAPI.WORKLOAD: "PodGroup (scheduling.k8s.io/v1alpha2)",
+    GangAPI.COSCHEDULING: "PodGroup (scheduling.x-k8s.io/v1alpha1)",
+    GangAPI.ANNOTATIONS: "gang (scheduling.ai/gang-name)",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    key: str
+    api: GangAPI
+    min_member: int
+    timeout: float
+    required: str  # "", "rack", "spine" or a node label key
+    created: float
+
+
+@dataclass(slots=True)
+class Plan:
+    """Where an assembling gang goes: the racks chosen, and per node how many of its pods
+    the plan still expects there (what other gangs count as held)."""
+
+    mask: Mask
+    rows: NDArray[np.intp]
+    slots: dict[int, int]
+    cards: int
+    cpu: int
+    mem: int
+    deadline: float
+    racks: int
+
+
+@dataclass(slots=True)
+class Reservation:
+    key: str
+    mask: Mask
+    since: float
+
+
+@dataclass(frozen=True, slots=True)
+class _Cycle:
+    policy: Policy
+    need: int  # members still to place for minMember
+
+
+_GANG: StateKey[_Cycle] = StateKey("GangScheduling/cycle")
+
+
+class GangScheduling:
+    name: ClassVar[str] = NAME
+    Args: ClassVar[type[GangSchedulingArgs]] = GangSchedulingArgs
+
+    def __init__(self, args: GangSchedulingArgs | None, handle: Handle) -> None:
+        self.args = checked_args(args, GangSchedulingArgs)
+        self.handle = handle
+        self.plans: dict[str, Plan] = {}
+        # gang -> when it was first refused for capacity (its starvation clock)
+        self.refused_since: dict[str, float] = {}
+        self.reservation: Reservation | None = None
+        # gang -> its place in the queue (fixed at first sight: the heap needs a stable order)
+        self._order: dict[str, float] = {}
+        self._label_domains: dict[str, tuple[tuple[int, int], NDArray[np.int64]]] = {}
+
+    # -- the gang's policy -------------------------------------------------------------------
+
+    def policy(self, pod: PodInfo) -> Policy | Status | None:
+        """The pod's gang policy; None when the pod needs no gang handling (no gang, a
+        `basic` PodGroup, a minimum of one); a Status when the gang cannot be used yet."""
+        g = pod.gang
+        if g is None:
+            return None
+        if g.api is GangAPI.ANNOTATIONS:
+            if g.min_member <= 1:
+                return None
+            required = pod.annotations.get(keys.TOPOLOGY_REQUIRED, "")
+            return Policy(
+                g.name, g.api, g.min_member, self.args.default_timeout_seconds, required, 0.0
+            )
+        spec = self.handle.gangs.pod_group(g.api, g.name)
+        if spec is None:
+            return unschedulable(f"waiting for {_KIND[g.api]} {g.name} to exist")
+        if spec.problem:
+            return unresolvable(f"{_KIND[g.api]} {g.name}: {spec.problem}")
+        if not spec.gang or spec.min_member <= 1:
+            return None
+        return Policy(
+            g.name,
+            g.api,
+            spec.min_member,
+            spec.timeout_seconds or self.args.default_timeout_seconds,
+            spec.topology_required,
+            spec.created,
+        )
+
+    # -- QueueSort ------------------------------------------------------------------------------
+
+    def less(self, a: PodInfo, b: PodInfo) -> bool:
+        """Priority first, then the older gang (a pod without one is its own gang, aged by
+        its creation), then the gang's name, then the older pod: a gang's pods sit together
+        in the queue, so its members are attempted one after the other."""
+        if a.priority != b.priority:
+            return a.priority > b.priority
+        ta, ka = self._queue_key(a)
+        tb, kb = self._queue_key(b)
+        if ta != tb:
+            return ta < tb
+        if ka != kb:
+            return ka < kb
+        if a.created != b.created:
+            return a.created < b.created
+        return (a.namespace, a.name) < (b.namespace, b.name)
+
+    def _queue_key(self, pod: PodInfo) -> tuple[float, str]:
+        g = pod.gang
+        if g is None:
+            return pod.created, ""
+        t = self._order.get(g.name)
+        if t is None:
+            spec = (
+                None if g.api is GangAPI.ANNOTATIONS else self.handle.gangs.pod_group(g.api, g.name)
+            )
+            t = spec.created if spec is not None and spec.created else pod.created
+            self._order[g.name] = t
+        return t, g.name
+
+    # -- PreEnqueue -----------------------------------------------------------------------------
+
+    def pre_enqueue(self, pod: PodInfo) -> Status:
+        if pod.errors:
+            return SUCCESS  # its attempt says what is wrong with it; waiting would hide that
+        pol = self.policy(pod)
+        if pol is None:
+            return SUCCESS
+        if isinstance(pol, Status):
+            return pol
+        have = len(self.handle.gang_members(pol.key))
+        if have >= pol.min_member:
+            return SUCCESS
+        return unschedulable(
+            f"waiting for the pods of {_KIND[pol.api]} {pol.key}: {have} of its minimum"
+            f" {pol.min_member} exist"
+        )
+
+    # -- PreFilter ------------------------------------------------------------------------------
+
+    def pre_filter(self, state: CycleState, pod: PodInfo) -> tuple[PreFilterResult | None, Status]:
+        pol = self.policy(pod)
+        if isinstance(pol, Status):
+            return None, pol  # the PodGroup went away or broke since the pod was queued
+        reservation = self._live_reservation()
+        members = self.handle.gang_members(pol.key) if pol is not None else ()
+        placed = sum(1 for _, node in members if node)
+        if pol is None or placed >= pol.min_member:
+            # Not a gang, or its minimum is placed: the pod goes alone, but off the nodes a
+            # starving gang reserved.
+            if reservation is None or (pol is not None and reservation.key == pol.key):
+                return None, skip()
+            return None, SUCCESS
+        need = pol.min_member - placed
+        state.write(_GANG, _Cycle(pol, need))
+        plan = self.plans.get(pol.key)
+        if plan is not None:
+            return PreFilterResult(plan.rows), SUCCESS
+        snap = self.handle.snapshot
+        usable = snap.node_valid & ~snap.node_unschedulable
+        if reservation is not None and reservation.key != pol.key:
+            usable = usable & ~reservation.mask
+        counts = self._counts(pod, pol.key, need, usable)
+        choice = self._choose(counts, need, pol.required)
+        if isinstance(choice, Status):
+            return None, choice
+        if choice is None:
+            self._refused(pol, pod)
+            return None, unschedulable(_refusal(pol, need, counts))
+        pending = {p.uid for p, node in members if not node and p.uid != pod.uid}
+        if pending:
+            activate = state.get(PODS_TO_ACTIVATE)
+            if activate is None:
+                state.write(PODS_TO_ACTIVATE, pending)
+            else:
+                activate |= pending
+        return None, SUCCESS
+
+    # -- Filter ---------------------------------------------------------------------------------
+
+    def filter(self, state: CycleState, pod: PodInfo, candidates: Mask) -> FilterResult:
+        mask = candidates
+        reservation = self.reservation
+        cyc = state.get(_GANG)
+        codes = np.zeros(len(candidates), np.int8)
+        if reservation is not None and (cyc is None or cyc.policy.key != reservation.key):
+            mask = candidates & ~reservation.mask[: len(candidates)]
+        if cyc is None:
+            if mask is candidates:
+                return FilterResult(candidates)
+            return FilterResult(mask, (RESERVED,))
+        pol = cyc.policy
+        plan = self.plans.get(pol.key)
+        if plan is None:
+            counts = self._counts(pod, pol.key, cyc.need, mask)
+            choice = self._choose(counts, cyc.need, pol.required)
+            if choice is None or isinstance(choice, Status):
+                reason = f"node(s) could not hold the pod's gang: {_refusal(pol, cyc.need, counts)}"
+                codes[mask] = 1
+                return FilterResult(np.zeros_like(candidates), (RESERVED, reason), codes)
+            plan = self._plan(pod, pol, cyc.need, counts, choice)
+        feasible = mask & plan.mask[: len(candidates)]
+        codes[mask & ~feasible] = 1
+        return FilterResult(feasible, (RESERVED, OUTSIDE), codes)
+
+    # -- PostFilter -----------------------------------------------------------------------------
+
+    def post_filter(
+        self, state: CycleState, pod: PodInfo, diagnosis: Diagnosis
+    ) -> tuple[str | None, Status]:
+        # Also after a PreFilter rejection (another plugin's, before this one's PreFilter
+        # ran): the gang's plan, not the cycle state, says whether members wait.
+        g = pod.gang
+        if g is not None and g.name in self.plans:
+            self.release(g.name, f"its pod {pod.key} could not be placed")
+        return None, unschedulable()
+
+    # -- Reserve / Unreserve --------------------------------------------------------------------
+
+    def reserve(self, state: CycleState, pod: PodInfo, node: str) -> Status:
+        cyc = state.get(_GANG)
+        plan = self.plans.get(cyc.policy.key) if cyc is not None else None
+        if plan is None:
+            return SUCCESS
+        row = self.handle.snapshot.row_of(node)
+        if row not in plan.slots and plan.slots:
+            row = max(plan.slots, key=lambda r: plan.slots[r])  # landed off-plan: any slot
+        if row in plan.slots:
+            plan.slots[row] -= 1
+            if plan.slots[row] <= 0:
+                del plan.slots[row]
+        return SUCCESS
+
+    def unreserve(self, state: CycleState, pod: PodInfo, node: str) -> None:
+        cyc = state.get(_GANG)
+        if cyc is not None and cyc.policy.key in self.plans:
+            self.release(
+                cyc.policy.key,
+                f"its pod {pod.key} gave up its place (timed out at Permit, failed to bind,"
+                " or was deleted)",
+            )
+
+    # -- Permit ---------------------------------------------------------------------------------
+
+    def permit(self, state: CycleState, pod: PodInfo, node: str) -> tuple[Status, float]:
+        cyc = state.get(_GANG)
+        if cyc is None:
+            return SUCCESS, 0.0
+        pol = cyc.policy
+        placed = sum(1 for _, n in self.handle.gang_members(pol.key) if n)
+        if placed >= pol.min_member:
+            for wp in self.handle.waiting_pods():
+                g = wp.pod.gang
+                if g is not None and g.name == pol.key:
+                    wp.allow(NAME)
+            self._complete(pol.key)
+            return SUCCESS, 0.0
+        now = self.handle.now()
+        plan = self.plans.get(pol.key)
+        deadline = plan.deadline if plan is not None else now + pol.timeout
+        return wait(), max(deadline - now, 0.001)
+
+    # -- gang state -----------------------------------------------------------------------------
+
+    def release(self, key: str, why: str) -> int:
+        """The gang failed to assemble: drop its plan and reject every member waiting at
+        Permit (their placements are undone and they are requeued). Returns how many."""
+        self.plans.pop(key, None)
+        rejected = 0
+        for wp in self.handle.waiting_pods():
+            g = wp.pod.gang
+            if g is not None and g.name == key and not wp.done:
+                wp.reject(NAME, f"gang {key} was rejected: {why}")
+                rejected += 1
+        return rejected
+
+    def _complete(self, key: str) -> None:
+        self.plans.pop(key, None)
+        self.refused_since.pop(key, None)
+        if self.reservation is not None and self.reservation.key == key:
+            self.reservation = None
+
+    def _refused(self, pol: Policy, pod: PodInfo) -> None:
+        now = self.handle.now()
+        since = self.refused_since.setdefault(pol.key, now)
+        if len(self.refused_since) > 4 * max(len(self._order), 64):
+            self._forget_gone()
+        if self.reservation is None and now - since >= self.args.starvation_seconds:
+            self.reservation = self._reserve(pol, pod, now)
+
+    def _live_reservation(self) -> Reservation | None:
+        """The reservation, dropped once its gang has no pending pod left (placed, or its
+        pods deleted)."""
+        res = self.reservation
+        if res is None:
+            return None
+        if not any(not node for _, node in self.handle.gang_members(res.key)):
+            self.reservation = None
+            self.refused_since.pop(res.key, None)
+            return None
+        return res
+
+    def _forget_gone(self) -> None:
+        for key in list(self.refused_since):
+            if not self.handle.gang_members(key):
+                self.refused_since.pop(key, None)
+                self._order.pop(key, None)
+
+    def _reserve(self, pol: Policy, pod: PodInfo, now: float) -> Reservation | None:
+        """Nodes that hold the gang once their pods finish: racks chosen as on an empty
+        cluster, and in them the nodes with the most free room now."""
+        snap = self.handle.snapshot
+        placed = sum(1 for _, n in self.handle.gang_members(pol.key) if n)
+        need = pol.min_member - placed
+        usable = snap.node_valid & ~snap.node_unschedulable
+        empty = self._counts(pod, pol.key, need, usable, empty=True)
+        choice = self._choose(empty, need, pol.required)
+        if choice is None or isinstance(choice, Status):
+            return None
+        rack = _rack_ids(snap.node_rack)
+        inside = usable & np.isin(rack, np.asarray(choice.racks, np.int64))
+        now_counts = self._counts(pod, pol.key, need, inside)
+        rows = np.flatnonzero(inside & (empty > 0))
+        order = rows[np.lexsort((rows, -empty[rows], -now_counts[rows]))]
+        mask = np.zeros(len(snap.node_valid), np.bool_)
+        total = 0
+        for r in order.tolist():
+            if total >= need:
+                break
+            mask[r] = True
+            total += int(empty[r])
+        return Reservation(pol.key, mask, now)
+
+    # -- capacity -------------------------------------------------------------------------------
+
+    def _counts(
+        self, pod: PodInfo, key: str, need: int, mask: Mask, *, empty: bool = False
+    ) -> NDArray[np.int64]:
+        """Per row, how many pods shaped like `pod` fit at once (at most `need`), net of the
+        slots other assembling gangs planned; `empty`: as if no pod ran anywhere."""
+        snap = self.handle.snapshot
+        n = len(snap.node_valid)
+        req = pod.request
+        held_cards = np.zeros(n, np.int32)
+        held_cpu = np.zeros(n, np.int64)
+        held_mem = np.zeros(n, np.int64)
+        held_pods = np.zeros(n, np.int32)
+        if not empty:
+            for other, plan in self.plans.items():
+                if other == key:
+                    continue
+                for row, k in plan.slots.items():
+                    held_cards[row] += k * plan.cards
+                    held_cpu[row] += k * plan.cpu
+                    held_mem[row] += k * plan.mem
+                    held_pods[row] += k
+        if empty:
+            present = snap.card_model >= 0
+            free_milli = np.where(present, np.int32(1000), np.int32(0)).astype(np.int32)
+            free_mem = snap.card_total_mem
+            cpu, mem, pods = snap.node_cpu_alloc, snap.node_mem_alloc, snap.node_pods_alloc
+        else:
+            free_milli, free_mem = snap.card_free_milli, snap.card_free_mem
+            cpu, mem, pods = snap.node_cpu_free, snap.node_mem_free, snap.node_pods_free
+        out = np.zeros(n, np.int32)
+        gang_fit(
+            free_milli,
+            free_mem,
+            snap.card_total_mem,
+            snap.card_model,
+            snap.card_healthy,
+            snap.card_island,
+            snap.node_valid,
+            mask,
+            cpu,
+            mem,
+            pods,
+            held_cards,
+            held_cpu,
+            held_mem,
+            held_pods,
+            req.gpu_cards,
+            req.gpu_milli,
+            req.gpu_mem_mib,
+            snap.allowed_models(req.gpu_models),
+            int(req.nvlink),
+            req.cpu_milli,
+            req.memory_bytes,
+            need,
+            out,
+        )
+        return out.astype(np.int64)
+
+    def _choose(
+        self, counts: NDArray[np.int64], need: int, required: str
+    ) -> placement.Choice | Status | None:
+        snap = self.handle.snapshot
+        domain = self._domain(required)
+        if isinstance(domain, Status):
+            return domain
+        return placement.choose(
+            counts, _rack_ids(snap.node_rack), _rack_ids(snap.node_spine), need, domain
+        )
+
+    def _domain(self, tier: str) -> NDArray[np.int64] | Status | None:
+        """Per row, the required topology domain's id (-1: the node is in none)."""
+        if not tier:
+            return None
+        snap = self.handle.snapshot
+        if tier == "rack":
+            return snap.node_rack.astype(np.int64)
+        if tier == "spine":
+            return snap.node_spine.astype(np.int64)
+        if tier == HOSTNAME:
+            return np.arange(len(snap.node_valid), dtype=np.int64)
+        stamp = (snap.membership, snap.generation)
+        cached = self._label_domains.get(tier)
+        if cached is not None and cached[0] == stamp:
+            return cached[1]
+        ids: dict[str, int] = {}
+        out = np.full(len(snap.node_valid), -1, np.int64)
+        for row in snap.valid_rows().tolist():
+            node = snap.nodes[row]
+            value = node.labels.get(tier) if node is not None else None
+            if value is not None:
+                out[row] = ids.setdefault(value, len(ids))
+        self._label_domains[tier] = (stamp, out)
+        return out
+
+    def _plan(
+        self,
+        pod: PodInfo,
+        pol: Policy,
+        need: int,
+        counts: NDArray[np.int64],
+        choice: placement.Choice,
+    ) -> Plan:
+        snap = self.handle.snapshot
+        inside = np.isin(_rack_ids(snap.node_rack), np.asarray(choice.racks, np.int64))
+        mask = inside & (counts > 0)
+        req = pod.request
+        plan = Plan(
+            mask=mask,
+            rows=np.flatnonzero(mask),
+            slots=placement.slots(counts, mask, need),
+            cards=req.gpu_cards
+            if req.gpu_cards
+            else (1 if req.gpu_milli or req.gpu_mem_mib else 0),
+            cpu=req.cpu_milli,
+            mem=req.memory_bytes,
+            deadline=self.handle.now() + pol.timeout,
+            racks=len(choice.racks),
+        )
+        self.plans[pol.key] = plan
+        return plan
+
+
+def _rack_ids(column: NDArray[np.int32]) -> NDArray[np.int64]:
+    """Tier ids with the unlabelled rows (-1) gathered in one pseudo domain of their own."""
+    ids = column.astype(np.int64)
+    if len(ids):
+        ids[ids < 0] = int(ids.max()) + 1
+    return ids
+
+
+def _tier_word(tier: str) -> str:
+    return tier if tier in ("rack", "spine") else f"{tier} domain"
+
+
+def _refusal(pol: Policy, need: int, counts: NDArray[np.int64]) -> str:
+    total = int(counts.sum())
+    head = f"{_KIND[pol.api]} {pol.key} needs {need} more of its {pol.min_member} pods placed"
+    if total < need:
+        return f"{head} together; the capacity free for it holds {total}"
+    tier = _tier_word(pol.required)
+    return f"{head} in one {tier}; no {tier} holds them"

@@ -1,0 +1,259 @@
+"""GangScheduling through the real framework, queue and cache (the simulator's loop): all or
+nothing, the fewest racks, no deadlock, timeouts and sibling release, the starvation bound."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from gpusched.config.load import builtin_profile
+from gpusched.framework import CycleState
+from gpusched.framework.gangs import PodGroupSpec, StaticGangs
+from gpusched.model import keys
+from gpusched.model.node import NodeModel
+from gpusched.model.pod import Gang, GangAPI, PodInfo, PodRequest
+from gpusched.plugins import default_registry
+from gpusched.plugins.gang_scheduling import GangScheduling
+from gpusched.plugins.gang_scheduling.args import GangSchedulingArgs
+from gpusched.sim.engine import Simulation
+from tests.builders import GiB, gpu_node
+
+
+def rack_nodes(racks: int, per_rack: int, cards: int = 8, spines: int = 1) -> list[NodeModel]:
+    out = []
+    for r in range(racks):
+        spine = f"s{r * spines // racks}"
+        for i in range(per_rack):
+            n = gpu_node(f"r{r}-n{i}", cards=cards, rack=f"r{r}")
+            out.append(
+                dataclasses.replace(n, spine=spine, labels={**n.labels, keys.SPINE_LABEL: spine})
+            )
+    return out
+
+
+def sim(nodes: list[NodeModel], *groups: PodGroupSpec, **args: float) -> Simulation:
+    reg = default_registry()
+    profile = builtin_profile("ai-scheduler", reg)
+    if args:
+        profile = dataclasses.replace(
+            profile,
+            plugin_args={**profile.plugin_args, "GangScheduling": GangSchedulingArgs(**args)},
+        )
+    return Simulation(nodes, profile, reg, seed=1, gangs=StaticGangs(groups))
+
+
+_t = [0.0]
+
+
+def member(
+    gang: str,
+    i: int,
+    total: int = 0,
+    *,
+    cards: int = 8,
+    api: GangAPI = GangAPI.ANNOTATIONS,
+    **kw: object,
+) -> PodInfo:
+    _t[0] += 1.0
+    return PodInfo(
+        uid=f"uid-{gang}-{i}",
+        namespace="ns",
+        name=f"{gang}-{i}",
+        request=PodRequest(cpu_milli=1000, memory_bytes=GiB, gpu_cards=cards),
+        scheduler_name="ai-scheduler",
+        created=_t[0],
+        gang=Gang(f"ns/{gang}", total if api is GangAPI.ANNOTATIONS else 0, api),
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def arrive(s: Simulation, *pods: PodInfo) -> None:
+    assert s.events is not None
+    for p in pods:
+        s.events.pod_changed(p)
+    s.run()
+
+
+def placed(s: Simulation, gang: str) -> dict[str, str]:
+    """pod name -> node, for the gang's pods the cache holds (bound or assumed)."""
+    out = {}
+    for uid, entry in s.cache.pods.items():
+        if uid.startswith(f"uid-{gang}-"):
+            out[entry.pod.name] = entry.node
+    return out
+
+
+def racks_of(s: Simulation, gang: str) -> set[str]:
+    return {n.split("-")[0] for n in placed(s, gang).values()}
+
+
+def gang_plugin(s: Simulation) -> GangScheduling:
+    plugin = s.fw.plugins["GangScheduling"]
+    assert isinstance(plugin, GangScheduling)
+    return plugin
+
+
+def test_members_wait_at_pre_enqueue_until_min_member_exist() -> None:
+    s = sim(rack_nodes(2, 2))
+    pods = [member("g", i, 4) for i in range(4)]
+    arrive(s, *pods[:3])
+    assert placed(s, "g") == {}
+    assert all(s.queue.where(p.uid) == "gated" for p in pods[:3])
+    arrive(s, pods[3])
+    assert len(placed(s, "g")) == 4
+    assert not any(s.cache.is_assumed(p.uid) for p in pods)  # all bound
+
+
+def bound_elsewhere(name: str, node: str, cards: tuple[int, ...]) -> PodInfo:
+    """A pod another scheduler bound: the cache charges its cards."""
+    _t[0] += 1.0
+    return PodInfo(
+        uid=f"uid-x-{name}",
+        namespace="ns",
+        name=name,
+        request=PodRequest(cpu_milli=1000, memory_bytes=GiB, gpu_cards=len(cards)),
+        node_name=node,
+        gpu_ids=cards,
+        phase="Running",
+        created=_t[0],
+    )
+
+
+def test_gang_goes_to_the_tightest_single_rack() -> None:
+    # 4 racks x 2 nodes x 8 cards; r2 keeps 8 free cards, r3 keeps 12 (4 + 8). A gang of
+    # 3 x 4 cards fits in r0, r1 (room for 4 such pods) and r3 (exactly 3): r3 is the best
+    # fit; r2 holds only 2.
+    s = sim(rack_nodes(4, 2))
+    arrive(
+        s,
+        bound_elsewhere("x1", "r2-n0", tuple(range(8))),
+        bound_elsewhere("x2", "r3-n0", (0, 1, 2, 3)),
+    )
+    pods = [member("g", i, 3, cards=4) for i in range(3)]
+    arrive(s, *pods)
+    assert len(placed(s, "g")) == 3
+    assert racks_of(s, "g") == {"r3"}
+
+
+def test_gang_that_cannot_fit_holds_nothing() -> None:
+    s = sim(rack_nodes(2, 2))  # 4 nodes x 8 cards
+    pods = [member("g", i, 5) for i in range(5)]
+    arrive(s, *pods)
+    assert placed(s, "g") == {}
+    assert int(s.snapshot.card_free_milli[s.snapshot.node_valid].min()) == 1000
+    d = s.queue.where(pods[0].uid)
+    assert d == "unschedulable"
+
+
+def test_two_gangs_of_sixty_percent_never_deadlock() -> None:
+    # 5 nodes x 8 cards; each gang wants 3 nodes. Members arrive interleaved.
+    s = sim(rack_nodes(1, 5))
+    a = [member("a", i, 3) for i in range(3)]
+    b = [member("b", i, 3) for i in range(3)]
+    arrive(s, *[p for pair in zip(a, b, strict=True) for p in pair])
+    got_a, got_b = placed(s, "a"), placed(s, "b")
+    assert sorted([len(got_a), len(got_b)]) == [0, 3]
+    winner, loser = (a, b) if got_a else (b, a)
+    assert not s.fw.waiting.__len__()
+    # The first finishes: the second runs.
+    for p in winner:
+        s.delete(p.uid)
+    s.advance(s.clock() + 10.0)  # past the losers' backoff
+    assert len(placed(s, loser[0].name.split("-")[0])) == 3
+
+
+def test_member_that_finds_no_node_releases_the_waiting_siblings() -> None:
+    s = sim(rack_nodes(1, 4))
+    pods = [member("g", i, 3) for i in range(2)]
+    # The third member asks for a GPU model no node has: its siblings must not keep cards.
+    bad = member("g", 2, 3)
+    bad = dataclasses.replace(bad, request=dataclasses.replace(bad.request, gpu_models=("H100",)))
+    arrive(s, *pods, bad)
+    assert placed(s, "g") == {}
+    assert len(s.fw.waiting) == 0
+    assert int(s.snapshot.card_free_milli[s.snapshot.node_valid].min()) == 1000
+
+
+def test_timeout_releases_every_card() -> None:
+    group = PodGroupSpec("ns/g", GangAPI.COSCHEDULING, 3, timeout_seconds=30.0)
+    s = sim(rack_nodes(1, 4), group)
+    ok = [member("g", i, api=GangAPI.COSCHEDULING) for i in range(2)]
+    # A member held by a scheduling gate exists (it counts for PreEnqueue) but is never
+    # attempted: the two others wait at Permit, then time out together.
+    gated = member("g", 2, api=GangAPI.COSCHEDULING, scheduling_gates=("later",))
+    arrive(s, *ok, gated)
+    assert set(placed(s, "g")) == {"g-0", "g-1"}
+    assert len(s.fw.waiting) == 2
+    s.advance(29.0)
+    assert len(s.fw.waiting) == 2
+    s.advance(30.5)
+    assert placed(s, "g") == {}
+    assert len(s.fw.waiting) == 0
+    assert int(s.snapshot.card_free_milli[s.snapshot.node_valid].min()) == 1000
+
+
+def test_pod_group_object_is_awaited_and_read() -> None:
+    s = sim(rack_nodes(1, 4))
+    pods = [member("g", i, api=GangAPI.COSCHEDULING) for i in range(2)]
+    arrive(s, *pods)
+    assert all(s.queue.where(p.uid) == "gated" for p in pods)
+    gangs = s.handle.gangs
+    assert isinstance(gangs, StaticGangs)
+    gangs.put(PodGroupSpec("ns/g", GangAPI.COSCHEDULING, 2))
+    assert s.events is not None
+    s.events.pod_group_changed(GangAPI.COSCHEDULING, "ns/g")
+    s.run()
+    assert len(placed(s, "g")) == 2
+
+
+def test_required_rack_refuses_a_gang_no_rack_holds() -> None:
+    group = PodGroupSpec("ns/g", GangAPI.COSCHEDULING, 3, topology_required="rack")
+    s = sim(rack_nodes(2, 2), group)
+    pods = [member("g", i, api=GangAPI.COSCHEDULING) for i in range(3)]
+    arrive(s, *pods)
+    assert placed(s, "g") == {}
+    _, st = gang_plugin(s).pre_filter(CycleState(), pods[0])
+    assert st.message() == (
+        "PodGroup (scheduling.x-k8s.io/v1alpha1) ns/g needs 3 more of its 3 pods placed in"
+        " one rack; no rack holds them"
+    )
+    # Without the requirement the two racks hold it.
+    s2 = sim(rack_nodes(2, 2), dataclasses.replace(group, topology_required=""))
+    arrive(s2, *[dataclasses.replace(p, uid=p.uid + "b") for p in pods])
+    assert len(s2.cache.pods) == 3
+
+
+def test_starving_gang_reserves_nodes_against_a_stream_of_small_pods() -> None:
+    # 2 nodes x 8 cards, full of 1-card pods. A 2 x 8-card gang waits; each time a small pod
+    # finishes, a new one arrives. Without a reservation the new one always takes the freed
+    # card; with one (after starvationSeconds) the gang's nodes drain and it runs.
+    s = sim(rack_nodes(1, 2), starvation_seconds=10.0)
+    small = [member("s", i, 1, cards=1) for i in range(16)]
+    arrive(s, *small)
+    assert len(placed(s, "s")) == 16
+    big = [member("big", i, 2) for i in range(2)]
+    arrive(s, *big)
+    assert placed(s, "big") == {}
+    t = 0.0
+    nxt = 16
+    waited = -1
+    for step in range(40):
+        t += 1.0
+        s.advance(t)
+        oldest = min(
+            (p for p in small if p.uid in s.cache.pods), key=lambda p: p.created, default=None
+        )
+        if oldest is not None:
+            s.delete(oldest.uid)
+        newcomer = member("s", nxt, 1, cards=1)
+        nxt += 1
+        small.append(newcomer)
+        arrive(s, newcomer)
+        if len(placed(s, "big")) == 2:
+            waited = step
+            break
+    assert len(placed(s, "big")) == 2, "the gang starved"
+    # The documented bound: starvationSeconds (10), plus a backoff (podMaxBackoffSeconds,
+    # 10) before the member that reserves is retried, plus draining the reserved nodes (16
+    # one-card pods, one a second), plus a backoff before the gang is tried again.
+    assert 0 <= waited <= 10 + 10 + 16 + 10
+    assert gang_plugin(s).reservation is None  # released once the gang is placed
