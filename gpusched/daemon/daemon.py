@@ -31,7 +31,7 @@ import time
 from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
@@ -67,7 +67,9 @@ from gpusched.model.node import NodeModel, TopologyKeys, node_from_k8s
 from gpusched.model.pod import GangAPI, PodInfo, pod_from_k8s
 from gpusched.observability.metrics import Metrics
 from gpusched.operator.board import GangBoard
-from gpusched.operator.operator import StatusOperator
+
+if TYPE_CHECKING:
+    from gpusched.operator.operator import StatusOperator
 
 Logger = structlog.typing.FilteringBoundLogger
 
@@ -420,6 +422,9 @@ class Daemon:
         """The PodGroup status operator, while we lead (kopf in a thread of its own)."""
         if self.gang_board is None:
             return
+        # kopf costs ~0.8 s to import: only a daemon that keeps PodGroup status pays it.
+        from gpusched.operator.operator import StatusOperator  # noqa: PLC0415 - see above
+
         cc = self.config.client_connection
         self.status_operator = StatusOperator(
             self.gang_board,
