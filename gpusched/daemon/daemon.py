@@ -13,6 +13,10 @@
     the Lease over from a holder that never released it), with its learners warm-started
     from the bound pods; every PreBind and Bind first checks the Lease is freshly renewed;
     losing it stops the daemon (exit 1)
+    gangs (only when a profile enables GangScheduling): PodGroup watches of both APIs
+    (kube/podgroups.py) feed Handle.gangs and ClusterEvents.pod_group_changed; member and
+    attempt changes go to a GangBoard (daemon/gang_status.py), which the PodGroup status
+    operator (operator/operator.py, a kopf thread) writes while this instance leads
 
 The simulator drives the same ScheduleOne and event handlers; only this file's watches,
 tasks and signals are the daemon's own. Everything that touches the cache runs on the one
@@ -27,7 +31,7 @@ import time
 from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
@@ -41,10 +45,12 @@ from gpusched.core.queue import ClusterEvent, QueuedPodInfo, SchedulingQueue
 from gpusched.core.queue.hints import VOLUME_PLUGINS
 from gpusched.core.runtime.framework import Framework, pre_enqueue_of
 from gpusched.core.schedule_one import Result, ScheduleOne
+from gpusched.daemon.gang_status import GangStatusPublisher
 from gpusched.daemon.liveness import Liveness
 from gpusched.daemon.reporting import Reporter
 from gpusched.daemon.tasks import Tasks
 from gpusched.daemon.warmup import warm_kernels
+from gpusched.framework.gangs import NO_GANGS
 from gpusched.framework.registry import Registry
 from gpusched.framework.status import Status
 from gpusched.framework.volumes import NO_VOLUMES
@@ -52,13 +58,18 @@ from gpusched.kube import faults
 from gpusched.kube.client import JSON, ApiError, Kube
 from gpusched.kube.lease import KubeLeases, LeaderElector, default_identity
 from gpusched.kube.ops import pod_path
+from gpusched.kube.podgroups import KubePodGroups
 from gpusched.kube.volumes import CLAIMS, CLASSES, CSI_NODES, VOLUMES, KubeVolumes
 from gpusched.kube.watch import Backoff, EventType, Reflector
 from gpusched.kube.writer import ClusterWriter, ObjectRef
 from gpusched.model.namespace import NamespaceInfo, namespace_from_k8s
 from gpusched.model.node import NodeModel, TopologyKeys, node_from_k8s
-from gpusched.model.pod import PodInfo, pod_from_k8s
+from gpusched.model.pod import GangAPI, PodInfo, pod_from_k8s
 from gpusched.observability.metrics import Metrics
+from gpusched.operator.board import GangBoard
+
+if TYPE_CHECKING:
+    from gpusched.operator.operator import StatusOperator
 
 Logger = structlog.typing.FilteringBoundLogger
 
@@ -70,6 +81,9 @@ TIMER_SECONDS = 1.0  # backoff and unschedulable flushes, kube's 1 s ticker
 # annotations in a loop must not grow the daemon's memory.
 MAX_POD_WARNINGS = 1024
 MAX_WARNED = 4096  # node warnings remembered as reported (and kept for a standby to write)
+# The gang plugin's name: a profile enabling it makes the daemon watch PodGroups and keep
+# their status (named here, not imported: the daemon does not depend on one plugin).
+GANG_PLUGIN = "GangScheduling"
 
 
 @dataclass(frozen=True)
@@ -78,6 +92,8 @@ class DaemonOptions:
     instance: str = ""  # reportingInstance of our Events (the pod name in a cluster)
     identity: str = ""  # holder identity in the leader Lease; default: pod name + random suffix
     warm_up: bool = True  # compile the kernels before seeking the Lease (daemon/warmup.py)
+    # Watch PodGroups and write their status; None: when a profile enables GANG_PLUGIN.
+    pod_groups: bool | None = None
 
 
 class Daemon:
@@ -115,9 +131,33 @@ class Daemon:
                 watch_timeout=config.watch.timeout_seconds,
                 read_timeout=config.watch.read_timeout_seconds,
             )
+        # PodGroups of both APIs are watched only when gangs are scheduled (the same rule).
+        gangs = self.options.pod_groups
+        if gangs is None:
+            gangs = any(GANG_PLUGIN in p.names() for p in config.profiles)
+        self.pod_groups: KubePodGroups | None = None
+        if gangs:
+            self.pod_groups = KubePodGroups(
+                kube,
+                on_change=self._on_pod_group,
+                backoff=lambda: _backoff(config.watch),
+                watch_timeout=config.watch.timeout_seconds,
+                read_timeout=config.watch.read_timeout_seconds,
+            )
         self.handle = SchedulerHandle(
-            self.cache, self.writer, clock, volumes=self.volumes or NO_VOLUMES
+            self.cache,
+            self.writer,
+            clock,
+            volumes=self.volumes or NO_VOLUMES,
+            gangs=self.pod_groups or NO_GANGS,
         )
+        # What the PodGroup status operator writes (only the leader runs it).
+        self.gang_board: GangBoard | None = None
+        self.gang_status: GangStatusPublisher | None = None
+        self.status_operator: StatusOperator | None = None
+        if gangs:
+            self.gang_board = GangBoard()
+            self.gang_status = GangStatusPublisher(self.gang_board, self.handle)
         # One framework per profile; a pod goes to the one named by its schedulerName.
         self.frameworks: dict[str, Framework] = {
             p.scheduler_name: Framework(
@@ -176,6 +216,7 @@ class Daemon:
                 self.pod_watch,
                 self.namespace_watch,
                 *(self.volumes.reflectors if self.volumes else ()),
+                *(self.pod_groups.reflectors if self.pod_groups else ()),
             ],
             lambda: len(self.queue.active),
             watch_stall=config.liveness.watch_stall_seconds,
@@ -212,6 +253,7 @@ class Daemon:
                 self.tasks,
                 self.frameworks,
                 lambda: self.cache.snapshot.names,
+                on_attempt=self.gang_status.attempted if self.gang_status else None,
             ),
             keep_scores=True,
             read_pod=self._read_pod,
@@ -268,6 +310,8 @@ class Daemon:
         ]
         for reflector in self.volumes.reflectors if self.volumes else ():
             background.append(asyncio.create_task(reflector.run(), name=f"watch {reflector.name}"))
+        if self.pod_groups is not None:
+            background.append(asyncio.create_task(self.pod_groups.run(), name="watch podgroups"))
         loop_task: asyncio.Task[None] | None = None
         elector_task: asyncio.Task[None] | None = None
         try:
@@ -278,6 +322,7 @@ class Daemon:
                 self.node_watch.synced.wait(),
                 self.pod_watch.synced.wait(),
                 *([self.volumes.wait_synced()] if self.volumes else []),
+                *([self.pod_groups.wait_synced()] if self.pod_groups else []),
                 self.namespace_watch.synced.wait(),
             )
             stop = asyncio.ensure_future(self._stop.wait())
@@ -315,6 +360,7 @@ class Daemon:
                 self.metrics.leader.set(1)
                 self.log.info("leader election disabled: scheduling without a lease")
             self.leading.set()
+            self._start_status_operator()
             self._warm_start()
             for name, warning in self._unwritten:
                 self._write_node_warning(name, warning)
@@ -329,6 +375,9 @@ class Daemon:
             core = {loop_task, *background, *([elector_task] if elector_task else [])}
             await self._until(None, core)
         finally:
+            if self.status_operator is not None:
+                # First: a replica that lost the Lease must stop writing status at once.
+                await self.status_operator.stop()
             self.queue.close()
             if loop_task is not None:
                 # A loop that died has been reported by _until; the cleanup below must run.
@@ -368,6 +417,24 @@ class Daemon:
             return await self._until(elapsed, core)
         finally:
             pause.cancel()
+
+    def _start_status_operator(self) -> None:
+        """The PodGroup status operator, while we lead (kopf in a thread of its own)."""
+        if self.gang_board is None:
+            return
+        # kopf costs ~0.8 s to import: only a daemon that keeps PodGroup status pays it.
+        from gpusched.operator.operator import StatusOperator  # noqa: PLC0415 - see above
+
+        cc = self.config.client_connection
+        self.status_operator = StatusOperator(
+            self.gang_board,
+            self.kube.api_client.configuration,
+            instance=self.options.instance,
+            qps=cc.qps,
+            burst=cc.burst,
+        )
+        self.status_operator.start()
+        self.log.info("PodGroup status operator started")
 
     def _fence(self) -> str | None:
         return self.elector.fence() if self.elector is not None else None
@@ -549,6 +616,18 @@ class Daemon:
             self.events.pod_deleted(pod)
         else:
             self.events.pod_changed(pod)
+        if self.gang_status is not None and pod.gang is not None:
+            self.gang_status.touch(pod.gang.api, pod.gang.name)
+
+    def _on_pod_group(self, api: GangAPI, key: str, deleted: bool) -> None:
+        """A PodGroup of either API added, updated or deleted (kube/podgroups.py)."""
+        self.metrics.watch_events.labels("podgroups").inc()
+        self.events.pod_group_changed(api, key, deleted=deleted)
+        if self.gang_status is not None:
+            if deleted:
+                self.gang_status.forget(api, key)
+            else:
+                self.gang_status.touch(api, key)
 
     # -- scheduling -------------------------------------------------------------------------
 
@@ -568,6 +647,9 @@ class Daemon:
     def _attempt(self, info: QueuedPodInfo) -> None:
         """The loop's body: the scheduling cycle, then a task for the binding cycle."""
         decision = self.schedule_one.attempt(info)
+        gang = info.pod.gang
+        if self.gang_status is not None and gang is not None:
+            self.gang_status.touch(gang.api, gang.name)  # assumed or waiting: placed now
         if decision is not None and decision.result in (Result.SCHEDULED, Result.WAITING):
             faults.reached(faults.AFTER_ASSUME)
             self.tasks.bind(self.schedule_one.bind(info, decision), f"bind {info.pod.key}")

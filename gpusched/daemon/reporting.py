@@ -34,6 +34,7 @@ class Reporter(Observer):
         tasks: Tasks,
         frameworks: Mapping[str, Framework],
         names: Callable[[], list[str]],
+        on_attempt: Callable[[PodInfo, str, str], None] | None = None,
     ) -> None:
         self.log = log
         self.metrics = metrics
@@ -41,6 +42,9 @@ class Reporter(Observer):
         self.tasks = tasks
         self.frameworks = frameworks
         self.names = names
+        # Every attempt's end as (pod, reason, message): reason "" when placed, else the
+        # PodScheduled reason (Unschedulable, SchedulerError). The PodGroup status board.
+        self.on_attempt = on_attempt
         self._timings: dict[str, tuple[dict[tuple[str, str], int], dict[tuple[str, str], int]]] = {}
 
     def finished(
@@ -77,6 +81,9 @@ class Reporter(Observer):
             self.log.info("decision", **record)
         else:
             self.log.warning("decision", **record)
+        if self.on_attempt is not None and outcome is not Outcome.DROPPED:
+            reason = "" if outcome is Outcome.BOUND else _reason(outcome)
+            self.on_attempt(pod, reason, message if reason else "")
         if outcome is Outcome.BOUND:
             self.tasks.spawn(
                 self.writer.event(
@@ -89,12 +96,14 @@ class Reporter(Observer):
                 f"event {pod.key}",
             )
         elif outcome is not Outcome.DROPPED:
-            reason = "Unschedulable" if outcome is Outcome.UNSCHEDULABLE else "SchedulerError"
-            self.failed(pod, message, reason)
+            self.failed(pod, message, _reason(outcome))
 
     def raised(self, info: QueuedPodInfo, exc: Exception) -> None:
         self.log.error("scheduling attempt raised", pod=info.pod.key, exc_info=exc)
-        self.failed(info.pod, f"scheduler error: {exc!r}", "SchedulerError")
+        message = f"scheduler error: {exc!r}"
+        if self.on_attempt is not None:
+            self.on_attempt(info.pod, "SchedulerError", message)
+        self.failed(info.pod, message, "SchedulerError")
 
     def failed(self, pod: PodInfo, message: str, reason: str) -> None:
         """The FailedScheduling Event and the PodScheduled=False condition."""
@@ -115,3 +124,8 @@ class Reporter(Observer):
                 per_call = (ns - prev_ns.get(key, 0)) / calls / 1e9
                 self.metrics.plugin_duration.labels(key[1], key[0], "Success").observe(per_call)
         self._timings[profile] = (dict(timings.ns), dict(timings.calls))
+
+
+def _reason(outcome: Outcome) -> str:
+    """The PodScheduled=False reason of a failed attempt."""
+    return "Unschedulable" if outcome is Outcome.UNSCHEDULABLE else "SchedulerError"

@@ -18,6 +18,10 @@ client model costs an order of magnitude more per event, bench/watch_decode.py):
   connection); the server ends a healthy watch sooner (`timeoutSeconds`) and sends a
   bookmark about every minute, so only a dead stream reaches the read timeout.
 
+An `optional` collection (a CRD or an alpha API the cluster may not serve): a 404 on the
+list ends `run` with one log line, empties the store (DELETED for what it held), sets
+`synced` and `unserved`, and never counts as a stall for /healthz.
+
 `progress_at` is when the reflector last made progress (a list page, an event, a bookmark,
 a watch the server ended normally); `problem` says the watch is stuck when that is too long
 ago (the daemon's /healthz).
@@ -133,9 +137,12 @@ class Reflector(Generic[T]):
         watch_timeout: int = WATCH_TIMEOUT_SECONDS,
         read_timeout: float = READ_TIMEOUT_SECONDS,
         clock: Callable[[], float] = time.monotonic,
+        optional: bool = False,
     ) -> None:
         self.kube = kube
         self.path = path
+        self.optional = optional
+        self.unserved = False  # optional, and the API server answered 404: not watched
         self.decode = decode
         self.handler = handler
         self.name = name or path
@@ -164,7 +171,10 @@ class Reflector(Generic[T]):
         """Why this watch is unhealthy (no progress for more than `stall_seconds`), or None.
         A healthy watch progresses at least once per watch (the server ends it after
         `watch_timeout`, with bookmarks in between), so only a watch stuck in failures
-        (re-lists refused, the server unreachable) or a dead stream gets here."""
+        (re-lists refused, the server unreachable) or a dead stream gets here. An
+        optional API the server does not serve is no problem: there is nothing to watch."""
+        if self.unserved:
+            return None
         idle = self.clock() - self.progress_at
         if idle <= stall_seconds:
             return None
@@ -176,7 +186,8 @@ class Reflector(Generic[T]):
         self.last_error = ""
 
     async def run(self) -> None:
-        """List and watch until cancelled; never returns on errors, it retries."""
+        """List and watch until cancelled; never returns on errors, it retries (an optional
+        API's 404 alone ends it)."""
         need_list = True
         while True:
             try:
@@ -203,26 +214,49 @@ class Reflector(Generic[T]):
                 )
             except asyncio.CancelledError:
                 raise
+            except ApiError as exc:
+                if self.optional and exc.status == 404:
+                    self._unserved(exc)
+                    return
+                delay = self._failed(exc)
             except (
-                ApiError,
                 ShortWatchError,
                 aiohttp.ClientError,
                 TimeoutError,
                 OSError,
                 ValueError,
             ) as exc:
-                self.stats.errors += 1
-                delay = self.backoff.next_delay()
-                self.last_error = f"{type(exc).__name__}: {exc}"[:300]
-                log.warning("%s: watch failed (%s); reconnecting in %.1fs", self.name, exc, delay)
-                if isinstance(exc, ApiError) and exc.status in (401, 403):
-                    log.error(
-                        "%s: the API server refused us (HTTP %s): check the kubeconfig or"
-                        " the ServiceAccount's RBAC (manifests/rbac/)",
-                        self.name,
-                        exc.status,
-                    )
+                delay = self._failed(exc)
             await asyncio.sleep(delay)
+
+    def _unserved(self, exc: ApiError) -> None:
+        """An optional API answered 404 (its CRD is not installed, or the alpha API is off):
+        stop watching it and forget what it held; a restart looks again."""
+        log.warning(
+            "%s: the API server does not serve %s (HTTP 404: %s); not watched until restart",
+            self.name,
+            self.path,
+            exc.message[:200],
+        )
+        self.unserved = True
+        self._replace({})
+        self.resource_version = ""
+        self.synced.set()
+
+    def _failed(self, exc: Exception) -> float:
+        """Count and log a failed list or watch; the delay before the next try."""
+        self.stats.errors += 1
+        delay = self.backoff.next_delay()
+        self.last_error = f"{type(exc).__name__}: {exc}"[:300]
+        log.warning("%s: watch failed (%s); reconnecting in %.1fs", self.name, exc, delay)
+        if isinstance(exc, ApiError) and exc.status in (401, 403):
+            log.error(
+                "%s: the API server refused us (HTTP %s): check the kubeconfig or"
+                " the ServiceAccount's RBAC (manifests/rbac/)",
+                self.name,
+                exc.status,
+            )
+        return delay
 
     # -- list -------------------------------------------------------------------------------
 

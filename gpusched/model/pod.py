@@ -149,6 +149,8 @@ class PodInfo:
     # one: PodTopologySpread's default constraints apply to pods of a ReplicaSet,
     # StatefulSet or ReplicationController.
     controller: tuple[str, str] = ("", "")
+    # Names of every ownerReference, sorted: a PodGroup's status.occupiedBy names them.
+    owners: tuple[str, ...] = ()
 
     @property
     def job_key(self) -> str:
@@ -592,4 +594,7 @@ def pod_from_k8s(obj: Mapping[str, Any]) -> PodInfo:
         volumes=pod_volumes(spec, str(meta.get("name", ""))),
         topology_spread_constraints=tuple(_dicts(spec.get("topologySpreadConstraints"))),
         controller=controller_ref(meta),
+        owners=tuple(
+            sorted(str(r["name"]) for r in _dicts(meta.get("ownerReferences")) if r.get("name"))
+        ),
     )

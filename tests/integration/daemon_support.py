@@ -119,11 +119,14 @@ async def running_daemon(
     lead: bool = True,
     watch_kubeconfig: Path | None = None,
     clock: Callable[[], float] = time.monotonic,
+    pod_groups: bool | None = None,
 ) -> AsyncIterator[Daemon]:
     """The daemon in-process; yields once it has synced and, with `lead`, holds the Lease
     (`settings` default: daemon_settings(), a private Lease). `watch_kubeconfig`: the node
     and pod watches connect with it (e.g. through a fault-injecting proxy), everything else
-    with `kubeconfig`. `clock`: the daemon's monotonic clock."""
+    with `kubeconfig`. `clock`: the daemon's monotonic clock. `pod_groups`:
+    DaemonOptions.pod_groups (watch PodGroups and write their status without a profile
+    naming GangScheduling)."""
     registry = default_registry()
     config = load_config(
         {"apiVersion": API_VERSION, "kind": KIND, **(settings or daemon_settings())}, registry
@@ -135,7 +138,7 @@ async def running_daemon(
         config,
         registry,
         make_logger(stream),
-        options=DaemonOptions(bind_grace_seconds=10, identity=identity),
+        options=DaemonOptions(bind_grace_seconds=10, identity=identity, pod_groups=pod_groups),
         clock=clock,
     )
     if watch_kube is not None:

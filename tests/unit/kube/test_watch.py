@@ -306,3 +306,38 @@ async def test_a_watch_stuck_in_failing_relists_is_reported_with_its_error(
     assert problem.startswith("watch pods: no progress for 181s (limit 180s); last error: ")
     assert "HTTP 500" in problem
     assert not reflector.synced.is_set()
+
+
+async def test_an_optional_api_not_served_stops_its_watch_without_a_stall(
+    delays: list[float],
+) -> None:
+    # A CRD not installed or an alpha API turned off: one log line, no retries, synced
+    # (the daemon must not wait for it) and never reported as stuck by /healthz.
+    t = [1000.0]
+    kube = FakeKube(list, list_status=404, max_lists=5)
+    reflector = Reflector(
+        kube,  # type: ignore[arg-type]
+        "/apis/scheduling.x-k8s.io/v1alpha1/podgroups",
+        lambda raw: raw["metadata"]["name"],
+        lambda kind, obj: None,
+        name="podgroups",
+        clock=lambda: t[0],
+        optional=True,
+    )
+    await reflector.run()  # returns instead of retrying
+    assert kube.lists == 1
+    assert delays == []
+    assert reflector.unserved
+    assert reflector.synced.is_set()
+    t[0] += 10_000.0
+    assert reflector.problem(180.0) is None
+
+
+async def test_a_required_api_answering_404_keeps_retrying(delays: list[float]) -> None:
+    kube = FakeKube(list, list_status=404, max_lists=3)
+    reflector = _reflector(kube)
+    with pytest.raises(asyncio.CancelledError):
+        await reflector.run()
+    assert len(delays) == 3
+    assert not reflector.unserved
+    assert not reflector.synced.is_set()
