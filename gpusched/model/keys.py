@@ -22,10 +22,6 @@ PREEMPTIBLE = "gpusched.io/preemptible"
 LAST_CHECKPOINT = "gpusched.io/last-checkpoint-time"
 CHECKPOINT_INTERVAL = "gpusched.io/checkpoint-interval-seconds"
 
-# PodGroups (either API): the tier (rack | spine) the whole gang must share / should share.
-TOPOLOGY_REQUIRED = "gpusched.io/topology-required"
-TOPOLOGY_PREFERRED = "gpusched.io/topology-preferred"
-
 # Written by the scheduler before Bind
 GPU_IDS = "gpusched.io/gpu-ids"
 GPU_MILLI_ASSIGNED = "gpusched.io/gpu-milli-assigned"

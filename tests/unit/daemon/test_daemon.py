@@ -86,7 +86,8 @@ def daemon(
         registry,
         make_logger(stream),
         clock=clock,
-        options=DaemonOptions(warm_up=False),  # test_kernel_warm_up covers it
+        # No PodGroup watches nor status operator: no API server here (integration covers them).
+        options=DaemonOptions(warm_up=False, pod_groups=False),  # warm-up: test_kernel_warm_up
     )
     # The elector over an in-memory Lease, waiting on a fake clock: no API server, no time.
     assert d.elector is not None
@@ -111,7 +112,9 @@ def _quiet_storage(d: Daemon) -> None:
     """The storage watches (the default profile's volume plugins) are not under test here:
     they report synced at once and then wait to be cancelled."""
     assert d.volumes is not None
-    for reflector in d.volumes.reflectors:
+    # Nor the PodGroup watches (the default profile's GangScheduling), where there are any.
+    groups = d.pod_groups.reflectors if d.pod_groups is not None else ()
+    for reflector in (*d.volumes.reflectors, *groups):
         reflector.synced.set()
         reflector.run = _idle  # type: ignore[method-assign]
 
@@ -498,7 +501,14 @@ async def test_without_leader_election_it_schedules_after_the_sync(
     config = type(config)(
         profiles=config.profiles, leader_election=LeaderElection(leader_elect=False)
     )
-    d = Daemon(None, config, registry, make_logger(stream), clock=clock)  # type: ignore[arg-type]
+    d = Daemon(
+        None,  # type: ignore[arg-type]
+        config,
+        registry,
+        make_logger(stream),
+        clock=clock,
+        options=DaemonOptions(pod_groups=False),  # no API server for the status operator
+    )
     assert d.elector is None
     _quiet_watches(d, monkeypatch)
     running = asyncio.create_task(d.run())
@@ -726,7 +736,13 @@ def test_storage_is_watched_only_when_a_profile_has_a_volume_plugin() -> None:
     )
     d = Daemon(None, config, registry, make_logger(io.StringIO()))  # type: ignore[arg-type]
     assert d.volumes is None
-    assert d.liveness.watches == [d.node_watch, d.pod_watch, d.namespace_watch]
+    assert d.pod_groups is not None  # the profile keeps GangScheduling
+    assert d.liveness.watches == [
+        d.node_watch,
+        d.pod_watch,
+        d.namespace_watch,
+        *d.pod_groups.reflectors,
+    ]
 
 
 def test_namespace_labels_reach_the_cache(daemon: tuple[Daemon, FakeWriter]) -> None:

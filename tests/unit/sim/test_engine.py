@@ -93,7 +93,7 @@ async def test_the_daemon_and_the_simulator_place_one_pod_stream_identically() -
         config,
         registry,
         make_logger(io.StringIO()),
-        options=DaemonOptions(warm_up=False),
+        options=DaemonOptions(warm_up=False, pod_groups=False),
     )
     writer = FakeWriter(held=False)
     d.writer = writer  # type: ignore[assignment]
