@@ -27,6 +27,7 @@ placed there, so as their pods finish the gang fits. At most one gang reserves a
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -46,7 +47,7 @@ from gpusched.framework.status import SUCCESS, Status, skip, unresolvable, unsch
 from gpusched.kernels import gang_fit_nb, gang_fit_np
 from gpusched.kernels.dispatch import pick
 from gpusched.model import keys
-from gpusched.model.pod import GangAPI, PodInfo
+from gpusched.model.pod import GangAPI, PodInfo, PodRequest
 from gpusched.plugins.gang_scheduling import placement
 from gpusched.plugins.gang_scheduling.args import GangSchedulingArgs
 from gpusched.plugins.helper.args import checked_args
@@ -77,12 +78,13 @@ class Policy:
 
 @dataclass(slots=True)
 class Plan:
-    """Where an assembling gang goes: the racks chosen, and per node how many of its pods
-    the plan still expects there (what other gangs count as held)."""
+    """Where an assembling gang goes: the racks chosen, and per node how many of its lead
+    shape's pods the plan still expects there (what other gangs count as held)."""
 
     mask: Mask
     rows: NDArray[np.intp]
     slots: dict[int, int]
+    shape: PodRequest
     cards: int
     cpu: int
     mem: int
@@ -101,6 +103,11 @@ class Reservation:
 class _Cycle:
     policy: Policy
     need: int  # members still to place for minMember
+    # The gang's lead shape: the largest request among its unplaced members, and how many
+    # of them are needed. The gang is planned for these; smaller members (a launcher
+    # beside GPU workers) go inside the racks chosen for them.
+    lead: PodInfo
+    lead_need: int
 
 
 _GANG: StateKey[_Cycle] = StateKey("GangScheduling/cycle")
@@ -217,21 +224,19 @@ class GangScheduling:
                 return None, skip()
             return None, SUCCESS
         need = pol.min_member - placed
-        state.write(_GANG, _Cycle(pol, need))
+        lead, lead_need = _lead(pod, members, need)
+        cyc = _Cycle(pol, need, lead, lead_need)
+        state.write(_GANG, cyc)
         plan = self.plans.get(pol.key)
         if plan is not None:
             return PreFilterResult(plan.rows), SUCCESS
-        snap = self.handle.snapshot
-        usable = snap.node_valid & ~snap.node_unschedulable
-        if reservation is not None and reservation.key != pol.key:
-            usable = usable & ~reservation.mask
-        counts = self._counts(pod, pol.key, need, usable)
-        choice = self._choose(counts, need, pol.required)
+        counts = self._counts(lead, pol.key, lead_need, self._usable(pol.key))
+        choice = self._choose(counts, lead_need, pol.required)
         if isinstance(choice, Status):
             return None, choice
         if choice is None:
-            self._refused(pol, pod)
-            return None, unschedulable(_refusal(pol, need, counts))
+            self._refused(pol, lead)
+            return None, unschedulable(_refusal(cyc, counts))
         pending = {p.uid for p, node in members if not node and p.uid != pod.uid}
         if pending:
             activate = state.get(PODS_TO_ACTIVATE)
@@ -257,13 +262,15 @@ class GangScheduling:
         pol = cyc.policy
         plan = self.plans.get(pol.key)
         if plan is None:
-            counts = self._counts(pod, pol.key, cyc.need, mask)
-            choice = self._choose(counts, cyc.need, pol.required)
+            # The lead's own filters are known only when this pod is of its shape.
+            where = mask if pod.request == cyc.lead.request else self._usable(pol.key)
+            counts = self._counts(cyc.lead, pol.key, cyc.lead_need, where)
+            choice = self._choose(counts, cyc.lead_need, pol.required)
             if choice is None or isinstance(choice, Status):
-                reason = f"node(s) could not hold the pod's gang: {_refusal(pol, cyc.need, counts)}"
+                reason = f"node(s) could not hold the pod's gang: {_refusal(cyc, counts)}"
                 codes[mask] = 1
                 return FilterResult(np.zeros_like(candidates), (RESERVED, reason), codes)
-            plan = self._plan(pod, pol, cyc.need, counts, choice)
+            plan = self._plan(cyc, counts, choice)
         feasible = mask & plan.mask[: len(candidates)]
         codes[mask & ~feasible] = 1
         return FilterResult(feasible, (RESERVED, OUTSIDE), codes)
@@ -285,8 +292,8 @@ class GangScheduling:
     def reserve(self, state: CycleState, pod: PodInfo, node: str) -> Status:
         cyc = state.get(_GANG)
         plan = self.plans.get(cyc.policy.key) if cyc is not None else None
-        if plan is None:
-            return SUCCESS
+        if plan is None or pod.request != plan.shape:
+            return SUCCESS  # no plan, or a smaller member beside the lead shape: no slot
         row = self.handle.snapshot.row_of(node)
         if row not in plan.slots and plan.slots:
             row = max(plan.slots, key=lambda r: plan.slots[r])  # landed off-plan: any slot
@@ -345,6 +352,15 @@ class GangScheduling:
         if self.reservation is not None and self.reservation.key == key:
             self.reservation = None
 
+    def _usable(self, key: str) -> Mask:
+        """Rows a gang may plan on: schedulable nodes not reserved by another gang."""
+        snap = self.handle.snapshot
+        usable = snap.node_valid & ~snap.node_unschedulable
+        res = self.reservation
+        if res is not None and res.key != key:
+            usable = usable & ~res.mask
+        return usable
+
     def _refused(self, pol: Policy, pod: PodInfo) -> None:
         now = self.handle.now()
         since = self.refused_since.setdefault(pol.key, now)
@@ -372,11 +388,12 @@ class GangScheduling:
                 self._order.pop(key, None)
 
     def _reserve(self, pol: Policy, pod: PodInfo, now: float) -> Reservation | None:
-        """Nodes that hold the gang once their pods finish: racks chosen as on an empty
-        cluster, and in them the nodes with the most free room now."""
+        """Nodes that hold the gang's lead shape (`pod`) once their pods finish: racks chosen
+        as on an empty cluster, and in them the nodes with the most free room now."""
         snap = self.handle.snapshot
-        placed = sum(1 for _, n in self.handle.gang_members(pol.key) if n)
-        need = pol.min_member - placed
+        members = self.handle.gang_members(pol.key)
+        placed = sum(1 for _, n in members if n)
+        _, need = _lead(pod, members, pol.min_member - placed)
         usable = snap.node_valid & ~snap.node_unschedulable
         empty = self._counts(pod, pol.key, need, usable, empty=True)
         choice = self._choose(empty, need, pol.required)
@@ -492,22 +509,17 @@ class GangScheduling:
         self._label_domains[tier] = (stamp, out)
         return out
 
-    def _plan(
-        self,
-        pod: PodInfo,
-        pol: Policy,
-        need: int,
-        counts: NDArray[np.int64],
-        choice: placement.Choice,
-    ) -> Plan:
+    def _plan(self, cyc: _Cycle, counts: NDArray[np.int64], choice: placement.Choice) -> Plan:
         snap = self.handle.snapshot
+        pol = cyc.policy
         inside = np.isin(_rack_ids(snap.node_rack), np.asarray(choice.racks, np.int64))
-        mask = inside & (counts > 0)
-        req = pod.request
+        mask = inside & self._usable(pol.key)
+        req = cyc.lead.request
         plan = Plan(
             mask=mask,
             rows=np.flatnonzero(mask),
-            slots=placement.slots(counts, mask, need),
+            slots=placement.slots(counts, mask, cyc.lead_need),
+            shape=req,
             cards=req.gpu_cards
             if req.gpu_cards
             else (1 if req.gpu_milli or req.gpu_mem_mib else 0),
@@ -532,10 +544,31 @@ def _tier_word(tier: str) -> str:
     return tier if tier in ("rack", "spine") else f"{tier} domain"
 
 
-def _refusal(pol: Policy, need: int, counts: NDArray[np.int64]) -> str:
+def _refusal(cyc: _Cycle, counts: NDArray[np.int64]) -> str:
+    pol = cyc.policy
     total = int(counts.sum())
-    head = f"{_KIND[pol.api]} {pol.key} needs {need} more of its {pol.min_member} pods placed"
-    if total < need:
-        return f"{head} together; the capacity free for it holds {total}"
+    head = f"{_KIND[pol.api]} {pol.key} needs {cyc.need} more of its {pol.min_member} pods placed"
+    if total < cyc.lead_need:
+        if cyc.lead_need == cyc.need:
+            return f"{head} together; the capacity free for it holds {total}"
+        return (
+            f"{head} together; the capacity free for it holds {total} of the"
+            f" {cyc.lead_need} largest"
+        )
     tier = _tier_word(pol.required)
     return f"{head} in one {tier}; no {tier} holds them"
+
+
+def _lead(pod: PodInfo, members: Sequence[tuple[PodInfo, str]], need: int) -> tuple[PodInfo, int]:
+    """The gang's largest unplaced request (GPU, then cpu, then memory) and how many of the
+    `need` missing members the plan counts of it. `pod` leads when it is of that shape."""
+    shapes: dict[PodRequest, list[PodInfo]] = {}
+    for p, node in members:
+        if not node:
+            shapes.setdefault(p.request, []).append(p)
+    shapes.setdefault(pod.request, []).append(pod)
+    if len(shapes) == 1:
+        return pod, need
+    req = max(shapes, key=lambda r: (r.gpu_milli_total, r.cpu_milli, r.memory_bytes))
+    lead = pod if pod.request == req else shapes[req][0]
+    return lead, min(need, len({p.uid for p in shapes[req]}))

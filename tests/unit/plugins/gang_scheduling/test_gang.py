@@ -257,3 +257,17 @@ def test_starving_gang_reserves_nodes_against_a_stream_of_small_pods() -> None:
     # one-card pods, one a second), plus a backoff before the gang is tried again.
     assert 0 <= waited <= 10 + 10 + 16 + 10
     assert gang_plugin(s).reservation is None  # released once the gang is placed
+
+
+def test_launcher_beside_gpu_workers_is_planned_by_the_workers() -> None:
+    # A CPU-only launcher created first pops first; the gang must be planned for its 8-card
+    # workers (2 racks of 2 nodes: one rack holds the 2 workers), not for the launcher's
+    # shape, or the workers would be sent to racks without room and the gang would fail.
+    s = sim(rack_nodes(2, 2))
+    arrive(s, bound_elsewhere("x1", "r0-n0", tuple(range(8))))
+    launcher = member("g", 0, 3, cards=0)
+    workers = [member("g", i, 3) for i in (1, 2)]
+    arrive(s, launcher, *workers)
+    got = placed(s, "g")
+    assert len(got) == 3
+    assert racks_of(s, "g") == {"r1"}
