@@ -366,7 +366,9 @@ class Daemon:
                 self._write_node_warning(name, warning)
             self._unwritten.clear()
             for gated in list(self.queue.gated.values()):
-                self._write_gated(gated.pod)
+                fw = self.frameworks.get(gated.pod.scheduler_name)
+                if fw is not None:
+                    self._write_gated(gated.pod, fw.run_pre_enqueue(gated.pod))
             for key, unwritten in list(self._pod_warned.items()):
                 if unwritten is not None and self.cache.get(key[0]) is not None:
                     self._write_pod_warning(unwritten, key[1])
@@ -587,14 +589,21 @@ class Daemon:
             message=status.message(),
         )
         if self.leading.is_set():
-            self._write_gated(pod)
+            self._write_gated(pod, status)
 
-    def _write_gated(self, pod: PodInfo) -> None:
-        # What the apiserver writes on a pod created with gates; only the leader writes.
-        self.tasks.spawn(
-            self.writer.pod_condition(pod, SCHEDULING_GATED, SCHEDULING_GATED_MESSAGE),
-            f"report {pod.key}",
-        )
+    def _write_gated(self, pod: PodInfo, status: Status) -> None:
+        """The pod's PodScheduled condition while a PreEnqueue plugin holds it; only the
+        leader writes. Scheduling gates: what the apiserver writes on a pod created with
+        gates. Any other plugin (a gang waiting for its members or its PodGroup): reason
+        NotReadyForScheduling with the plugin's message (KEP-5501's reason for PreEnqueue
+        rejections), so `kubectl describe` says why the pod is not even attempted."""
+        if status.is_success():
+            return
+        if status.plugin == "SchedulingGates":
+            reason, message = SCHEDULING_GATED, SCHEDULING_GATED_MESSAGE
+        else:
+            reason, message = NOT_READY_FOR_SCHEDULING, status.message()
+        self.tasks.spawn(self.writer.pod_condition(pod, reason, message), f"report {pod.key}")
 
     def _on_storage(self, kind: str) -> None:
         """A claim, volume, class or CSINode added or updated: wake the pods a volume plugin
@@ -673,6 +682,7 @@ class Daemon:
 # kube's PodScheduled condition for a gated pod (pkg/registry/core/pod/strategy.go).
 SCHEDULING_GATED = "SchedulingGated"
 SCHEDULING_GATED_MESSAGE = "Scheduling is blocked due to non-empty scheduling gates"
+NOT_READY_FOR_SCHEDULING = "NotReadyForScheduling"
 
 
 _STORAGE_EVENTS = {

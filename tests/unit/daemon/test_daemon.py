@@ -368,18 +368,31 @@ async def test_a_gated_pod_is_logged_at_once_and_its_condition_written_once_lead
     raw = raw_pod("gated", "5")
     raw["spec"]["schedulingGates"] = [{"name": "x.io/hold"}]
     d.pod_watch._line(watch_line("ADDED", raw))
+    # A gang member whose sibling does not exist yet is held by GangScheduling.
+    member = raw_pod(
+        "member", "6", {"scheduling.ai/gang-name": "train", "scheduling.ai/gang-total": "2"}
+    )
+    d.pod_watch._line(watch_line("ADDED", member))
     assert d.queue.where("uid-gated") == "gated"
+    assert d.queue.where("uid-member") == "gated"
     gated = [e for e in _events(stream) if e.get("result") == "gated"]
     assert gated[0]["message"] == "waiting for scheduling gates: [x.io/hold]"
     assert gated[0]["plugin"] == "SchedulingGates"
+    waiting = (
+        "waiting for the pods of gang (scheduling.ai/gang-name) ns/train: 1 of its minimum 2 exist"
+    )
+    assert (gated[1]["plugin"], gated[1]["message"]) == ("GangScheduling", waiting)
     running = asyncio.create_task(d.run())
     await asyncio.wait_for(d.ready.wait(), GUARD)
     await asyncio.wait_for(until(lambda: len(lease_clock.sleeps) >= 5, lease_clock.changed), GUARD)
     assert writer.conditions == []  # a standby writes nothing
     _the_leader_steps_down(leases)
-    await asyncio.wait_for(writer.condition_written.wait(), GUARD)
-    assert writer.conditions == [
-        ("gated", "SchedulingGated", "Scheduling is blocked due to non-empty scheduling gates")
+    await asyncio.wait_for(
+        until(lambda: len(writer.conditions) >= 2, writer.condition_written), GUARD
+    )
+    assert sorted(writer.conditions) == [
+        ("gated", "SchedulingGated", "Scheduling is blocked due to non-empty scheduling gates"),
+        ("member", "NotReadyForScheduling", waiting),
     ]
     assert d.queue.where("uid-gated") == "gated" and writer.binds == []
     d.stop()
