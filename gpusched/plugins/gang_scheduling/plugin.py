@@ -111,6 +111,9 @@ class _Cycle:
 
 
 _GANG: StateKey[_Cycle] = StateKey("GangScheduling/cycle")
+# Written when the gang passed PreFilter in this cycle: a failure after that is the gang's
+# failure to assemble (backed off), not a refusal for capacity (which waits for an event).
+_PASSED: StateKey[bool] = StateKey("GangScheduling/passed")
 
 
 class GangScheduling:
@@ -126,6 +129,20 @@ class GangScheduling:
         self.reservation: Reservation | None = None
         # gang -> its place in the queue (fixed at first sight: the heap needs a stable order)
         self._order: dict[str, float] = {}
+        # Bumped whenever a plan or the reservation comes or goes: with the snapshot's
+        # version it says whether a gang's last refusal still holds.
+        self._epoch = 0
+        # gang -> (snapshot version, membership, epoch) and the refusal then: a refused
+        # gang's other members are refused without recounting until something changed.
+        self._refusals: dict[str, tuple[tuple[int, int, int], Status]] = {}
+        # Gangs whose reservation drained without the gang fitting (it is held back by
+        # something other than capacity): they do not reserve again.
+        self._no_reserve: set[str] = set()
+        # gang -> (failed attempts to assemble in a row, held back until, why it failed):
+        # a gang that failed is not tried again at once (kube's Coscheduling backs a
+        # PodGroup off the same way), or a member that passes and one that cannot would
+        # pull each other back into the queue forever.
+        self._failed: dict[str, tuple[int, float, str]] = {}
         self._label_domains: dict[str, tuple[tuple[int, int], NDArray[np.int64]]] = {}
 
     # -- the gang's policy -------------------------------------------------------------------
@@ -230,13 +247,31 @@ class GangScheduling:
         plan = self.plans.get(pol.key)
         if plan is not None:
             return PreFilterResult(plan.rows), SUCCESS
+        failed = self._failed.get(pol.key)
+        if failed is not None and self.handle.now() < failed[1]:
+            count, _, why = failed
+            return None, unschedulable(
+                f"{_KIND[pol.api]} {pol.key} could not assemble ({why}); held back"
+                f" {_backoff(count):.0f} s before the whole gang is tried again"
+            )
+        snap = self.handle.snapshot
+        stamp = (snap.version, snap.membership, self._epoch)
+        cached = self._refusals.get(pol.key)
+        if cached is not None and cached[0] == stamp:
+            self._refused(pol, lead)
+            return None, cached[1]
+        near = self._rows_of(members)
         counts = self._counts(lead, pol.key, lead_need, self._usable(pol.key))
-        choice = self._choose(counts, lead_need, pol.required)
+        choice = self._choose(counts, lead_need, pol.required, near)
         if isinstance(choice, Status):
             return None, choice
         if choice is None:
+            refusal = unschedulable(_refusal(cyc, counts))
             self._refused(pol, lead)
-            return None, unschedulable(_refusal(cyc, counts))
+            self._refusals[pol.key] = ((snap.version, snap.membership, self._epoch), refusal)
+            return None, refusal
+        self._refusals.pop(pol.key, None)
+        state.write(_PASSED, True)
         pending = {p.uid for p, node in members if not node and p.uid != pod.uid}
         if pending:
             activate = state.get(PODS_TO_ACTIVATE)
@@ -265,7 +300,8 @@ class GangScheduling:
             # The lead's own filters are known only when this pod is of its shape.
             where = mask if pod.request == cyc.lead.request else self._usable(pol.key)
             counts = self._counts(cyc.lead, pol.key, cyc.lead_need, where)
-            choice = self._choose(counts, cyc.lead_need, pol.required)
+            near = self._rows_of(self.handle.gang_members(pol.key))
+            choice = self._choose(counts, cyc.lead_need, pol.required, near)
             if choice is None or isinstance(choice, Status):
                 reason = f"node(s) could not hold the pod's gang: {_refusal(cyc, counts)}"
                 codes[mask] = 1
@@ -283,8 +319,12 @@ class GangScheduling:
         # Also after a PreFilter rejection (another plugin's, before this one's PreFilter
         # ran): the gang's plan, not the cycle state, says whether members wait.
         g = pod.gang
-        if g is not None and g.name in self.plans:
+        if g is not None and (g.name in self.plans or state.get(_PASSED)):
             self.release(g.name, f"its pod {pod.key} could not be placed")
+        res = self.reservation
+        if g is not None and res is not None and res.key == g.name and self._drained(res):
+            # Its reserved nodes run nothing and its pods still find no node there.
+            self._drop_reservation(g.name)
         return None, unschedulable()
 
     # -- Reserve / Unreserve --------------------------------------------------------------------
@@ -337,7 +377,10 @@ class GangScheduling:
     def release(self, key: str, why: str) -> int:
         """The gang failed to assemble: drop its plan and reject every member waiting at
         Permit (their placements are undone and they are requeued). Returns how many."""
-        self.plans.pop(key, None)
+        if self.plans.pop(key, None) is not None:
+            self._epoch += 1
+        count = self._failed.get(key, (0, 0.0, ""))[0] + 1
+        self._failed[key] = (count, self.handle.now() + _backoff(count), why)
         rejected = 0
         for wp in self.handle.waiting_pods():
             g = wp.pod.gang
@@ -349,6 +392,10 @@ class GangScheduling:
     def _complete(self, key: str) -> None:
         self.plans.pop(key, None)
         self.refused_since.pop(key, None)
+        self._refusals.pop(key, None)
+        self._no_reserve.discard(key)
+        self._failed.pop(key, None)
+        self._epoch += 1
         if self.reservation is not None and self.reservation.key == key:
             self.reservation = None
 
@@ -366,8 +413,31 @@ class GangScheduling:
         since = self.refused_since.setdefault(pol.key, now)
         if len(self.refused_since) > 4 * max(len(self._order), 64):
             self._forget_gone()
-        if self.reservation is None and now - since >= self.args.starvation_seconds:
+        res = self.reservation
+        if res is not None and res.key == pol.key and self._drained(res):
+            self._drop_reservation(pol.key)
+            return
+        if (
+            res is None
+            and pol.key not in self._no_reserve
+            and now - since >= self.args.starvation_seconds
+        ):
             self.reservation = self._reserve(pol, pod, now)
+            if self.reservation is not None:
+                self._epoch += 1
+
+    def _drop_reservation(self, key: str) -> None:
+        """The gang's reserved nodes run nothing and it still does not fit there: not a
+        matter of capacity (its pods' filters exclude those nodes, or they changed). Holding
+        them would starve everyone else, so it gives them up and does not reserve again."""
+        self.reservation = None
+        self._no_reserve.add(key)
+        self._epoch += 1
+
+    def _drained(self, res: Reservation) -> bool:
+        snap = self.handle.snapshot
+        rows = np.flatnonzero(res.mask[: len(snap.node_valid)] & snap.node_valid)
+        return bool(np.all(snap.node_pods_free[rows] == snap.node_pods_alloc[rows]))
 
     def _live_reservation(self) -> Reservation | None:
         """The reservation, dropped once its gang has no pending pod left (placed, or its
@@ -378,6 +448,7 @@ class GangScheduling:
         if not any(not node for _, node in self.handle.gang_members(res.key)):
             self.reservation = None
             self.refused_since.pop(res.key, None)
+            self._epoch += 1
             return None
         return res
 
@@ -386,6 +457,9 @@ class GangScheduling:
             if not self.handle.gang_members(key):
                 self.refused_since.pop(key, None)
                 self._order.pop(key, None)
+                self._refusals.pop(key, None)
+                self._no_reserve.discard(key)
+                self._failed.pop(key, None)
 
     def _reserve(self, pol: Policy, pod: PodInfo, now: float) -> Reservation | None:
         """Nodes that hold the gang's lead shape (`pod`) once their pods finish: racks chosen
@@ -474,15 +548,35 @@ class GangScheduling:
         return out.astype(np.int64)
 
     def _choose(
-        self, counts: NDArray[np.int64], need: int, required: str
+        self,
+        counts: NDArray[np.int64],
+        need: int,
+        required: str,
+        near: NDArray[np.intp] | None = None,
     ) -> placement.Choice | Status | None:
+        """The racks for the gang's missing members. `near`: rows of members already
+        placed (a replaced member, members beyond a failed attempt): the gang grows in their
+        racks when those can hold the rest, and never leaves their required domain."""
         snap = self.handle.snapshot
         domain = self._domain(required)
         if isinstance(domain, Status):
             return domain
-        return placement.choose(
-            counts, _rack_ids(snap.node_rack), _rack_ids(snap.node_spine), need, domain
-        )
+        rack, spine = _rack_ids(snap.node_rack), _rack_ids(snap.node_spine)
+        if near is not None and len(near):
+            inside = np.isin(rack, np.unique(rack[near]))
+            if domain is not None:
+                held = np.isin(domain, np.unique(domain[near]))
+                inside &= held
+                domain = np.where(held, domain, -1)
+            choice = placement.choose(counts, rack, spine, need, np.where(inside, 0, -1))
+            if choice is not None:
+                return choice
+        return placement.choose(counts, rack, spine, need, domain)
+
+    def _rows_of(self, members: Sequence[tuple[PodInfo, str]]) -> NDArray[np.intp]:
+        snap = self.handle.snapshot
+        rows = [snap.row_of(node) for _, node in members if node]
+        return np.asarray([r for r in rows if r >= 0], np.intp)
 
     def _domain(self, tier: str) -> NDArray[np.int64] | Status | None:
         """Per row, the required topology domain's id (-1: the node is in none)."""
@@ -529,7 +623,14 @@ class GangScheduling:
             racks=len(choice.racks),
         )
         self.plans[pol.key] = plan
+        self._epoch += 1
         return plan
+
+
+def _backoff(failures: int) -> float:
+    """Seconds a gang that failed to assemble `failures` times in a row is held back:
+    1, 2, 4, ... 60."""
+    return float(min(2 ** min(failures - 1, 6), 60))
 
 
 def _rack_ids(column: NDArray[np.int32]) -> NDArray[np.int64]:

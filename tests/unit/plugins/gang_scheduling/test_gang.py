@@ -9,7 +9,7 @@ from gpusched.config.load import builtin_profile
 from gpusched.framework import CycleState
 from gpusched.framework.gangs import PodGroupSpec, StaticGangs
 from gpusched.model import keys
-from gpusched.model.node import NodeModel
+from gpusched.model.node import NodeModel, Taint
 from gpusched.model.pod import Gang, GangAPI, PodInfo, PodRequest
 from gpusched.plugins import default_registry
 from gpusched.plugins.gang_scheduling import GangScheduling
@@ -271,3 +271,46 @@ def test_launcher_beside_gpu_workers_is_planned_by_the_workers() -> None:
     got = placed(s, "g")
     assert len(got) == 3
     assert racks_of(s, "g") == {"r1"}
+
+
+def test_a_replaced_member_goes_back_to_its_gangs_rack() -> None:
+    # r0 keeps one free node, r1 takes the whole 2-pod gang. One member finishes and a
+    # replacement comes: r0 and r1 now fit it equally tightly (r0 would win the tie by id),
+    # but the gang grows where its running member is.
+    s = sim(rack_nodes(2, 2))
+    arrive(s, bound_elsewhere("x1", "r0-n0", tuple(range(8))))
+    arrive(s, *[member("g", i, 2) for i in range(2)])
+    assert racks_of(s, "g") == {"r1"}
+    s.delete("uid-g-0")
+    arrive(s, member("g", 2, 2))
+    assert racks_of(s, "g") == {"r1"}
+    assert len(placed(s, "g")) == 2
+
+
+def test_a_reservation_its_gang_cannot_use_is_given_up() -> None:
+    # The gang starves and reserves both nodes; then both nodes are tainted (its pods do not
+    # tolerate it) and drain. Holding them would block everyone forever: the gang gives
+    # them up, and a pod tolerating the taint is placed there again.
+    nodes = rack_nodes(1, 2)
+    s = sim(nodes, starvation_seconds=5.0)
+    small = [member("s", i, 1, cards=8) for i in range(2)]
+    arrive(s, *small)
+    arrive(s, *[member("big", i, 2) for i in range(2)])
+    s.advance(6.0)
+    s.delete(small[0].uid)  # wakes the gang: refused again, now starving: it reserves
+    s.advance(20.0)
+    plugin = gang_plugin(s)
+    assert plugin.reservation is not None and plugin.reservation.key == "ns/big"
+    assert s.events is not None
+    for n in nodes:
+        s.events.node_changed(dataclasses.replace(n, taints=(Taint("k", "v", "NoSchedule"),)))
+    s.delete(small[1].uid)
+    s.advance(40.0)
+    assert placed(s, "big") == {}
+    assert plugin.reservation is None
+    tolerant = dataclasses.replace(
+        member("t", 0, 1, cards=8),
+        tolerations=({"key": "k", "operator": "Exists", "effect": "NoSchedule"},),
+    )
+    arrive(s, tolerant)
+    assert len(placed(s, "t")) == 1
