@@ -74,6 +74,10 @@ class Policy:
     timeout: float
     required: str  # "", "rack", "spine" or a node label key
     created: float
+    # "", "rack" or "spine": tried as if required first, then the default order (fewest
+    # racks anywhere). "spine" then keeps a gang in one spine even when racks of two
+    # spines would be fewer.
+    preferred: str = ""
 
 
 @dataclass(slots=True)
@@ -157,8 +161,15 @@ class GangScheduling:
             if g.min_member <= 1:
                 return None
             required = pod.annotations.get(keys.TOPOLOGY_REQUIRED, "")
+            preferred = pod.annotations.get(keys.TOPOLOGY_PREFERRED, "")
             return Policy(
-                g.name, g.api, g.min_member, self.args.default_timeout_seconds, required, 0.0
+                g.name,
+                g.api,
+                g.min_member,
+                self.args.default_timeout_seconds,
+                required,
+                0.0,
+                preferred,
             )
         spec = self.handle.gangs.pod_group(g.api, g.name)
         if spec is None:
@@ -174,6 +185,7 @@ class GangScheduling:
             spec.timeout_seconds or self.args.default_timeout_seconds,
             spec.topology_required,
             spec.created,
+            spec.topology_preferred,
         )
 
     # -- QueueSort ------------------------------------------------------------------------------
@@ -262,7 +274,7 @@ class GangScheduling:
             return None, cached[1]
         near = self._rows_of(members)
         counts = self._counts(lead, pol.key, lead_need, self._usable(pol.key))
-        choice = self._choose(counts, lead_need, pol.required, near)
+        choice = self._choose(counts, lead_need, pol, near)
         if isinstance(choice, Status):
             return None, choice
         if choice is None:
@@ -301,7 +313,7 @@ class GangScheduling:
             where = mask if pod.request == cyc.lead.request else self._usable(pol.key)
             counts = self._counts(cyc.lead, pol.key, cyc.lead_need, where)
             near = self._rows_of(self.handle.gang_members(pol.key))
-            choice = self._choose(counts, cyc.lead_need, pol.required, near)
+            choice = self._choose(counts, cyc.lead_need, pol, near)
             if choice is None or isinstance(choice, Status):
                 reason = f"node(s) could not hold the pod's gang: {_refusal(cyc, counts)}"
                 codes[mask] = 1
@@ -470,7 +482,7 @@ class GangScheduling:
         _, need = _lead(pod, members, pol.min_member - placed)
         usable = snap.node_valid & ~snap.node_unschedulable
         empty = self._counts(pod, pol.key, need, usable, empty=True)
-        choice = self._choose(empty, need, pol.required)
+        choice = self._choose(empty, need, pol)
         if choice is None or isinstance(choice, Status):
             return None
         rack = _rack_ids(snap.node_rack)
@@ -551,17 +563,23 @@ class GangScheduling:
         self,
         counts: NDArray[np.int64],
         need: int,
-        required: str,
+        pol: Policy,
         near: NDArray[np.intp] | None = None,
     ) -> placement.Choice | Status | None:
         """The racks for the gang's missing members. `near`: rows of members already
         placed (a replaced member, members beyond a failed attempt): the gang grows in their
         racks when those can hold the rest, and never leaves their required domain."""
         snap = self.handle.snapshot
-        domain = self._domain(required)
+        domain = self._domain(pol.required)
         if isinstance(domain, Status):
             return domain
         rack, spine = _rack_ids(snap.node_rack), _rack_ids(snap.node_spine)
+        if domain is None and pol.preferred and (near is None or not len(near)):
+            preferred = self._domain(pol.preferred)
+            if isinstance(preferred, np.ndarray):
+                choice = placement.choose(counts, rack, spine, need, preferred)
+                if choice is not None:
+                    return choice
         if near is not None and len(near):
             inside = np.isin(rack, np.unique(rack[near]))
             if domain is not None:

@@ -314,3 +314,26 @@ def test_a_reservation_its_gang_cannot_use_is_given_up() -> None:
     )
     arrive(s, tolerant)
     assert len(placed(s, "t")) == 1
+
+
+def test_preferred_spine_keeps_a_gang_in_one_spine_at_the_cost_of_racks() -> None:
+    # Spine s0: racks r0, r1, r2 of one node each; spine s1: rack r3 of two nodes. A gang of
+    # three 8-card pods needs two racks across the spines (r3 + one of s0) or all three
+    # racks of s0. By default the fewest racks win; `topology-preferred: spine` keeps it in
+    # one spine.
+    def node(rack: str, i: int, spine: str) -> NodeModel:
+        n = gpu_node(f"{rack}-n{i}", rack=rack)
+        return dataclasses.replace(n, spine=spine, labels={**n.labels, keys.SPINE_LABEL: spine})
+
+    nodes = [node("r0", 0, "s0"), node("r1", 0, "s0"), node("r2", 0, "s0")]
+    nodes += [node("r3", 0, "s1"), node("r3", 1, "s1")]
+    s = sim(nodes)
+    arrive(s, *[member("d", i, 3) for i in range(3)])
+    assert len(racks_of(s, "d")) == 2 and "r3" in racks_of(s, "d")
+    s2 = sim(nodes)
+    pods = [
+        dataclasses.replace(member("p", i, 3), annotations={keys.TOPOLOGY_PREFERRED: "spine"})
+        for i in range(3)
+    ]
+    arrive(s2, *pods)
+    assert racks_of(s2, "p") == {"r0", "r1", "r2"}
