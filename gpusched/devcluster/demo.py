@@ -140,6 +140,8 @@ APIS = {
     "StatefulSet": "/apis/apps/v1/namespaces/{namespace}/statefulsets",
     "Job": "/apis/batch/v1/namespaces/{namespace}/jobs",
     "CronJob": "/apis/batch/v1/namespaces/{namespace}/cronjobs",
+    # scheduler-plugins' Coscheduling PodGroup (its CRD is in manifests/crds): a gang.
+    "PodGroup": "/apis/scheduling.x-k8s.io/v1alpha1/namespaces/{namespace}/podgroups",
 }
 
 

@@ -45,13 +45,17 @@ def test_every_example_applies_and_the_daemon_schedules_its_pods(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     files = sorted(p for p in EXAMPLES.glob("*.yaml") if p.name not in NOT_WORKLOADS)
-    assert {"demo-workload.yaml", "inference-deployment.yaml", "training-job.yaml"} <= {
-        p.name for p in files
-    }
+    assert {
+        "demo-workload.yaml",
+        "inference-deployment.yaml",
+        "training-job.yaml",
+        "gang-podgroup.yaml",
+    } <= {p.name for p in files}
     for path in files:
         kinds = {d["kind"] for d in _workloads(path)}
-        # Users run controllers, not bare pods.
-        assert kinds and kinds <= {"Deployment", "Job", "StatefulSet", "CronJob"}, (path, kinds)
+        # Users run controllers, not bare pods (and PodGroups for gangs).
+        workloads = {"Deployment", "Job", "StatefulSet", "CronJob"}
+        assert kinds & workloads and kinds <= {*workloads, "PodGroup"}, (path, kinds)
     options = ClusterOptions(attached=True, kube_scheduler=False)
     with started_cluster(options) as local:
         asyncio.run(_apply_all(local, files, tmp_path))
