@@ -18,14 +18,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Mapping
-from datetime import datetime
 from typing import Any
 
 from gpusched.framework.gangs import TIER_RACK, TIER_SPINE, PodGroupSpec
 from gpusched.kube.client import JSON, Kube
 from gpusched.kube.watch import Backoff, EventType, Reflector
 from gpusched.model import keys
-from gpusched.model.pod import GangAPI
+from gpusched.model.pod import GangAPI, parse_time
 
 COSCHEDULING_GROUP = "scheduling.x-k8s.io"
 COSCHEDULING_VERSION = "v1alpha1"
@@ -47,15 +46,6 @@ def pod_group_path(api: GangAPI, namespace: str, name: str) -> str:
         else (WORKLOAD_GROUP, WORKLOAD_VERSION)
     )
     return f"/apis/{group}/{version}/namespaces/{namespace}/podgroups/{name}"
-
-
-def _time(raw: Any) -> float:
-    if not isinstance(raw, str) or not raw:
-        return 0.0
-    try:
-        return datetime.fromisoformat(raw.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return 0.0
 
 
 def _int(value: Any) -> int | None:
@@ -160,7 +150,7 @@ def pod_group_from_k8s(obj: Mapping[str, Any], api: GangAPI) -> PodGroupSpec:
         timeout_seconds=timeout,
         topology_required=required,
         topology_preferred=preferred,
-        created=_time(meta.get("creationTimestamp")),
+        created=parse_time(meta.get("creationTimestamp")),
         uid=str(meta.get("uid") or ""),
         problem="; ".join(problems),
     )

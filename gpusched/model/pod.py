@@ -380,7 +380,8 @@ def _unknown_annotations(ann: Mapping[str, str], errors: list[str]) -> None:
         errors.append(f"unknown annotation {key}={ann[key]!r} ({hint})")
 
 
-def _parse_time(raw: Any) -> float:
+def parse_time(raw: Any) -> float:
+    """An RFC 3339 timestamp as unix seconds; 0.0 when absent or malformed."""
     if not isinstance(raw, str) or not raw:
         return 0.0
     try:
@@ -545,7 +546,7 @@ def pod_from_k8s(obj: Mapping[str, Any]) -> PodInfo:
             preemptible = str(raw_pre).lower() == "true"
     _int_annotation(ann, keys.CHECKPOINT_INTERVAL, 1, None, errors)
     raw_ckpt = ann.get(keys.LAST_CHECKPOINT)
-    if raw_ckpt is not None and _parse_time(raw_ckpt) == 0.0:
+    if raw_ckpt is not None and parse_time(raw_ckpt) == 0.0:
         errors.append(f"annotation {keys.LAST_CHECKPOINT}={raw_ckpt!r} is not an RFC 3339 time")
 
     gpu_ids: tuple[int, ...] = ()
@@ -579,7 +580,7 @@ def pod_from_k8s(obj: Mapping[str, Any]) -> PodInfo:
         node_selector=_resource_list(spec.get("nodeSelector")),
         affinity=_resource_list(spec.get("affinity")),
         tolerations=tuple(_dicts(spec.get("tolerations"))),
-        created=_parse_time(meta.get("creationTimestamp")),
+        created=parse_time(meta.get("creationTimestamp")),
         gang=gang,
         job_id=str(labels.get(keys.JOB_ID_LABEL) or (gang.name if gang else "")),
         tenant=str(labels.get(keys.TENANT_LABEL) or namespace),
