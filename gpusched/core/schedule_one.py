@@ -208,10 +208,13 @@ class ScheduleOne:
             self._raised(info, exc)
             return None
         decision.started = t0
-        if activate := decision.state.get(PODS_TO_ACTIVATE):
-            activate.discard(pod.uid)
-            self.queue.activate(activate)
         if decision.result in (Result.SCHEDULED, Result.WAITING):
+            # As kube-scheduler: only a successful scheduling cycle moves the pods it named
+            # up. Activating them after a failure too let two members of a gang that
+            # PreFilter admitted and Filter refused wake each other forever, past backoff.
+            if activate := decision.state.get(PODS_TO_ACTIVATE):
+                activate.discard(pod.uid)
+                self.queue.activate(activate)
             return decision
         unschedulable = decision.result is Result.UNSCHEDULABLE
         self.queue.requeue(info, unschedulable=unschedulable, rejected_by=decision.rejected_by)

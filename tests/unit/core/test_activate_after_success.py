@@ -1,0 +1,44 @@
+"""ScheduleOne activates the pods a cycle named (PODS_TO_ACTIVATE) only when the cycle
+succeeded, as kube-scheduler does (found by the gang replay, which hung)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from gpusched.core.schedule_one import Result
+from gpusched.model.node import Taint
+from gpusched.model.pod import Gang, GangAPI, PodInfo, PodRequest
+from tests.builders import GiB, ai_sim, gpu_node
+
+
+def member(name: str, gang: str, size: int, cards: int = 8) -> PodInfo:
+    return PodInfo(
+        uid=f"uid-{name}",
+        namespace="ns",
+        name=name,
+        request=PodRequest(cpu_milli=1000, memory_bytes=GiB, gpu_cards=cards),
+        scheduler_name="ai-scheduler",
+        gang=Gang(f"ns/{gang}", size, GangAPI.ANNOTATIONS),
+    )
+
+
+def test_members_refused_at_filter_do_not_wake_each_other_forever() -> None:
+    """GangScheduling's PreFilter admits the gang on free cards (it does not see taints)
+    and names the sibling to activate; Filter then refuses it (TaintToleration leaves one
+    node). ScheduleOne used to activate the sibling after the failed cycle too, so the two
+    members re-activated each other past their backoff forever (the replay hung). As in
+    kube-scheduler, only a successful cycle activates pods now."""
+    tainted = dataclasses.replace(
+        gpu_node("n1", rack="r0"), taints=(Taint("x.io/busy", "", "NoSchedule"),)
+    )
+    s = ai_sim(gpu_node("n0", rack="r0"), tainted)
+    for name in ("a", "b"):
+        s.events.pod_changed(member(name, "g", 2))
+    for _ in range(10):  # bounded: the old behaviour never empties activeQ
+        info = s.queue.pop_nowait()
+        if info is None:
+            break
+        d = s.schedule_one.attempt(info)
+        assert d is not None and d.result is Result.UNSCHEDULABLE
+    assert s.queue.pop_nowait() is None
+    assert s.schedule_one.attempts == 2
