@@ -410,6 +410,12 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument(
         "--cluster-fraction", type=_FRACTION, default=1.0, help="share of each SKU's nodes to keep"
     )
+    rep.add_argument(
+        "--gangs",
+        action="store_true",
+        help="make every multi-pod job a gang of its size (scheduling.ai/gang-name annotations);"
+        " policy NAME-nogang runs NAME with GangScheduling disabled",
+    )
     sim.set_defaults(func=_cmd_simulate)
 
     run = sub.add_parser("run", help="run the scheduler against a cluster (docs/daemon.md)")

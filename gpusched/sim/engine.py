@@ -7,7 +7,8 @@ requeue, Permit waiting). Only three things differ, each the simulator's by natu
 * the ClusterPort (`InMemoryCluster`): a bind is delivered to the event handlers at once,
   as the daemon's pod watch would deliver it, with the annotations written at PreBind;
 * the clock: virtual, advanced by the caller (`advance`), which also times Permit waits out
-  and flushes the backoff queue, as the daemon's 1 s ticker does;
+  and flushes the backoff queue, as the daemon's 1 s ticker does (and integrates the cards
+  pods waiting at Permit hold: `permit_idle_gpu_hours`);
 * the binding cycle runs inline (its ports never suspend) instead of as an asyncio task; a
   pod parked at Permit resumes its binding cycle when the waiting pod is resolved.
 """
@@ -160,6 +161,10 @@ class Simulation:
         )
         self._ready: list[tuple[QueuedPodInfo, Decision]] = []
         self._decisions: dict[str, Decision] = {}
+        # Pods parked at Permit (assumed, not bound): milli-GPU held, integrated over the
+        # virtual clock by `advance` (a gang's members waiting for the rest hold idle cards).
+        self._permit_held: dict[str, int] = {}
+        self._permit_idle_milli_s = 0.0
 
     def on_bound(self, callback: Callable[[Decision], None] | None) -> None:
         """Call `callback` with the decision of every pod the loop binds (also pods retried
@@ -182,7 +187,23 @@ class Simulation:
     def submit(self, pod: PodInfo, *, keep_scores: bool = False) -> Decision:
         """A pod arrives (the watch's ADDED) and the loop runs until nothing is ready. The
         pod's decision says where it went; an unplaced pod stays queued, as in the daemon,
-        until `withdraw` or `delete` (the FGD protocol drops it at once)."""
+        until `withdraw` or `delete` (the FGD protocol drops it at once). A pod held at
+        PreEnqueue raises: feed such pods through `arrive`."""
+        decision = self.arrive(pod, keep_scores=keep_scores)
+        if decision is None:
+            raise ValueError(
+                f"pod {pod.key} is held at PreEnqueue (e.g. spec.schedulingGates, or a gang"
+                " member before its minMember exist) and cannot be placed; feed it through"
+                " `arrive` (or `events.pod_changed`) and ungate it by an update"
+            )
+        return decision
+
+    def arrive(self, pod: PodInfo, *, keep_scores: bool = False) -> Decision | None:
+        """A pod arrives that may be held at PreEnqueue (a gang member before its minMember
+        pods exist, a pod with spec.schedulingGates): as `submit`, but a held pod returns
+        None. It is attempted when what holds it changes (the gang's last member arrives, an
+        update lifts its gates); `on_bound` reports its binding then. A pod parked at Permit
+        returns its Result.WAITING decision; `on_bound` reports it once allowed and bound."""
         if pod.scheduler_name != self.name:
             pod = dataclasses.replace(pod, scheduler_name=self.name)
         if self.cache.get(pod.uid) is not None or self.queue.where(pod.uid):
@@ -193,10 +214,7 @@ class Simulation:
         self.run()
         decision = self._decisions.get(pod.uid)
         if decision is None and self.queue.where(pod.uid) == GATED:
-            raise ValueError(
-                f"pod {pod.key} is held at PreEnqueue (e.g. spec.schedulingGates) and cannot"
-                " be placed; feed it through `events.pod_changed` and ungate it by an update"
-            )
+            return None
         if decision is None:
             raise RuntimeError(f"pod {pod.key} was queued but never attempted")
         return decision
@@ -227,13 +245,33 @@ class Simulation:
     def _park(self, info: QueuedPodInfo, decision: Decision) -> None:
         waiting = self.fw.waiting.get(info.uid)
         assert waiting is not None
-        # Resumed from the loop, not inside whichever plugin resolves the wait (a gang's
-        # last member allowing the others during its own cycle).
-        waiting.on_resolve(lambda: self._ready.append((info, decision)))
+        self._permit_held[info.uid] = sum(decision.alloc.milli) if decision.alloc else 0
+
+        def resume() -> None:
+            # Resumed from the loop, not inside whichever plugin resolves the wait (a gang's
+            # last member allowing the others during its own cycle).
+            self._permit_held.pop(info.uid, None)
+            self._ready.append((info, decision))
+
+        waiting.on_resolve(resume)
+
+    @property
+    def permit_idle_gpu_hours(self) -> float:
+        """GPU-hours of cards held by pods waiting at Permit (assumed, not yet allowed),
+        integrated over the virtual clock: the idle cost of a gang's members waiting for the
+        rest. Time passes only in `advance`; a wait ends at its Permit deadline at the
+        latest."""
+        return self._permit_idle_milli_s / 1000.0 / 3600.0
 
     def advance(self, t: float) -> None:
         """Move the virtual clock to `t`: Permit waits time out, finished backoffs and
         long-unschedulable pods are retried (the daemon's ticker), and the loop runs."""
+        now = self.clock()
+        if t > now and self._permit_held:
+            for uid, milli in self._permit_held.items():
+                wp = self.fw.waiting.get(uid)
+                until = min(t, wp.deadline) if wp is not None else t
+                self._permit_idle_milli_s += milli * max(0.0, until - now)
         self.clock.advance_to(t)
         for waiting in self.fw.waiting:
             waiting.check_timeout(self.clock())
@@ -252,6 +290,10 @@ class Simulation:
         """A pod that has not started leaves (deleted before it started): out of the queue,
         and rejected if it waits at Permit, as the daemon's watch handler does."""
         self.queue.delete(uid)
+        # Nor does it count for its gang any more (ClusterEvents.pod_deleted): a gang whose
+        # members left would otherwise keep waiting for them, and a starving gang's node
+        # reservation would outlive the gang.
+        self.handle.gang_index.remove(uid)
         waiting = self.fw.waiting.get(uid)
         if waiting is not None:
             waiting.reject("", f"pod {uid} was withdrawn")

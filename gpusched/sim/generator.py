@@ -6,16 +6,20 @@ behind one NVSwitch, 8-card 32 GB nodes whose cards form two NVLink islands of f
 The workload mixes multi-pod training jobs (whole cards: 1, 2, 4 or 8 per pod), shared
 inference pods (a share of one card, sometimes memory- or model-constrained) and CPU pods,
 arriving in random order until the GPU demand reaches `load` times the fleet's capacity.
+`generate_gang_workload` is the gang variant: 2-32 pod gang jobs of 1/2/4/8 cards per pod,
+and single pods.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
 
+from gpusched.model import keys
 from gpusched.model.node import Card, NodeModel
-from gpusched.model.pod import Gang, NVLink, PodInfo, PodRequest
+from gpusched.model.pod import Gang, GangAPI, NVLink, PodInfo, PodRequest
 from gpusched.sim.thermal import HOT_AMBIENT_C, IDLE_RISE_C, NORMAL_AMBIENT_C
 
 GIB = 1024**3
@@ -185,4 +189,56 @@ def generate_workload(fleet: Fleet, seed: int = 1, load: float = 1.1) -> list[Po
         else:
             req = PodRequest(cpu_milli=int(rng.choice([500, 1000, 4000])), memory_bytes=4 * GIB)
             pods.append(_pod(i, req, kind="cpu"))
+    return pods
+
+
+# Gang jobs: pods per job and cards per pod, with their probabilities. Sizes span 2-32 pods
+# (half the jobs at most 4, a few whole-rack jobs); cards per pod as in generate_workload.
+GANG_SIZES: tuple[int, ...] = (2, 3, 4, 8, 16, 32)
+GANG_SIZE_P: tuple[float, ...] = (0.3, 0.1, 0.2, 0.2, 0.12, 0.08)
+GANG_CARDS: tuple[int, ...] = (1, 2, 4, 8)
+GANG_CARDS_P: tuple[float, ...] = (0.2, 0.2, 0.25, 0.35)
+
+
+def generate_gang_workload(
+    fleet: Fleet, seed: int = 1, load: float = 1.1, gang_share: float = 0.5
+) -> list[PodInfo]:
+    """Gang jobs and single pods in arrival order until requested GPUs reach `load` x
+    capacity; the same seed gives the same pods.
+
+    A job (probability `gang_share` per draw) is GANG_SIZES pods of GANG_CARDS whole cards
+    each, every pod a member of the annotation gang `demo/gang-NNNN` with minMember = the
+    job's size (`scheduling.ai/gang-name`/`gang-total`, as a user writes them) and the job's
+    `ai.training/job-id`; its pods arrive together. Otherwise one pod of 1, 2, 4 or 8 cards
+    (no gang). Feed the pods through `Simulation.arrive`: a member is held at PreEnqueue
+    until its job's last pod has arrived.
+    """
+    if not 0 <= gang_share <= 1:
+        raise ValueError(f"gang_share must be in [0, 1], got {gang_share}")
+    rng = np.random.default_rng(seed + 104729)
+    target = load * fleet.gpu_milli_capacity
+    pods: list[PodInfo] = []
+    demand = 0
+    job_no = 0
+    while demand < target:
+        k = int(rng.choice(GANG_CARDS, p=GANG_CARDS_P))
+        nv = NVLink.PREFERRED if k > 1 else NVLink.NONE
+        req = PodRequest(cpu_milli=k * 8000, memory_bytes=k * 64 * GIB, gpu_cards=k, nvlink=nv)
+        i = len(pods)
+        if rng.random() < gang_share:
+            size = int(rng.choice(GANG_SIZES, p=GANG_SIZE_P))
+            job = f"gang-{job_no:04d}"
+            job_no += 1
+            gang = Gang(f"demo/{job}", size, GangAPI.ANNOTATIONS)
+            for j in range(size):
+                pod = _pod(i + j, req, job=job, gang=gang, priority=100, kind=f"gang{k}")
+                pods.append(
+                    dataclasses.replace(
+                        pod, annotations={keys.GANG_NAME: job, keys.GANG_TOTAL: str(size)}
+                    )
+                )
+            demand += size * k * 1000
+        else:
+            pods.append(_pod(i, req, kind=f"single{k}"))
+            demand += k * 1000
     return pods

@@ -17,7 +17,9 @@
 * **Jobs.** The trace has no job ids. Pods of the same shape (cpu, memory, GPUs, milli, spec,
   qos) created within ``job_window_s`` of the previous such pod form one job (a distributed
   job submits its workers together); every other pod is a job of one pod. A multi-pod job's
-  pods carry ``ai.training/job-id`` so NetworkLocality sees them. Pods are not gang-bound.
+  pods carry ``ai.training/job-id`` so NetworkLocality sees them. Pods are not gang-bound,
+  unless ``gangs`` is set: then every multi-pod job is an annotation gang of its size
+  (``scheduling.ai/gang-name``/``gang-total``), all its pods start together or none does.
 * **Queue.** The daemon's: a pod no node takes waits in the scheduling queue as in a
   cluster (core/schedule_one.py, core/queue/), and a departure moves waiting pods back to
   be retried (AssignedPodDelete), honouring their backoff; the virtual clock stops at every
@@ -32,6 +34,13 @@
   min of their distinct nodes' temperatures as % of those nodes' mean, time-averaged over the
   job's own run, not clipped to the window: the step-time jitter proxy, a synchronous step
   waits for its hottest, most throttled worker); GPU allocation (time-weighted mean).
+* **Gang figures** (multi-pod jobs, gang-bound or not): jobs completed (every pod started)
+  of those submitted; partial starts (some but not all pods ever started: 0 under a gang
+  policy); gang wait (arrival of the last pod -> the last pod started, over completed
+  jobs: mean and p90); idle GPU-hours held at Permit (cards assumed by members waiting for
+  the rest, over virtual time: the engine's ``permit_idle_gpu_hours``) and held by partial
+  jobs (cards of started pods while some pod of their job has not started: what a
+  gang-blind scheduler wastes; over the whole run, drain included).
 """
 
 from __future__ import annotations
@@ -47,6 +56,9 @@ import numpy as np
 from numpy.typing import NDArray
 
 from gpusched.config import builtin_profile
+from gpusched.config.defaults import builtin_document
+from gpusched.config.load import config_from_dict
+from gpusched.config.profile import Profile
 from gpusched.core.schedule_one import Decision
 from gpusched.framework.registry import Registry
 from gpusched.sim.engine import Simulation
@@ -60,6 +72,24 @@ from gpusched.sim.replay_workload import (
 )
 
 POLICIES: tuple[str, ...] = ("ai-scheduler", "least-allocated", "most-allocated")
+# A built-in profile with GangScheduling disabled (PrioritySort sorts the queue): what
+# kube-scheduler does with gang pods it does not understand. Run only when named.
+NO_GANG = "-nogang"
+EXTRA_POLICIES: tuple[str, ...] = tuple(p + NO_GANG for p in POLICIES)
+
+
+def policy_profile(name: str, registry: Registry) -> Profile:
+    """A replay policy's profile: a built-in one, or a built-in one + `-nogang`."""
+    if not name.endswith(NO_GANG):
+        return builtin_profile(name, registry)
+    base = name.removesuffix(NO_GANG)
+    doc = builtin_document(base)
+    raw = doc["profiles"][0]
+    plugins = raw.setdefault("plugins", {})
+    plugins["multiPoint"] = {"disabled": [{"name": "GangScheduling"}]}
+    plugins["queueSort"] = {"enabled": [{"name": "PrioritySort"}]}
+    raw["schedulerName"] = name
+    return config_from_dict(doc, registry).profiles[0]
 
 
 # -- replay --------------------------------------------------------------------------------
@@ -87,12 +117,23 @@ class ReplayRun:
     mean_wait_s: float
     retries: int
     seconds: float
+    # Gang figures over the multi-pod jobs (module docstring).
+    jobs_completed: int = 0
+    partial_jobs: int = 0
+    gang_wait_s: float = math.nan
+    gang_wait_p90_s: float = math.nan
+    permit_idle_gpu_h: float = 0.0
+    partial_idle_gpu_h: float = 0.0
     errors: int = 0
     starts: dict[str, float] = field(default_factory=dict)  # pod name -> start (virtual s)
 
     @property
     def whole_success_pct(self) -> float:
         return 100.0 * self.whole_jobs_ok / self.whole_jobs if self.whole_jobs else math.nan
+
+    @property
+    def jobs_completed_pct(self) -> float:
+        return 100.0 * self.jobs_completed / self.multi_jobs if self.multi_jobs else math.nan
 
     @property
     def us_per_pod(self) -> float:
@@ -123,12 +164,12 @@ def replay(
     progress: Callable[[int, int], None] | None = None,
 ) -> ReplayRun:
     """One built-in profile over the workload's events on the layout's cluster."""
-    profile = builtin_profile(profile_name, registry)
+    profile = policy_profile(profile_name, registry)
     if warm_up:
         # The first calls load the jitted kernels: start-up cost, not per-pod cost.
         warm = Simulation(layout.nodes, profile, registry, seed=seed)
         for p in wl.pods[:32]:
-            warm.submit(p.info)
+            warm.arrive(p.info)
     sim = Simulation(
         layout.nodes, profile, registry, seed=seed, idle_temperatures=layout.idle_temperatures
     )
@@ -150,6 +191,10 @@ def replay(
     broken_jobs: set[str] = set()  # a pod has left: all its pods never run again at once
     spread_area: dict[str, float] = {}
     spread_time: dict[str, float] = {}
+    # milli-GPU held by started pods of multi-pod jobs not yet wholly started, and its area.
+    partial_held: dict[str, int] = {}
+    partial_milli = 0
+    partial_area = 0.0
     departures: list[tuple[float, int]] = []  # (time, pod index)
     deadlines: list[tuple[float, int]] = []  # (time, pod index) of pods still queued
     used = 0
@@ -167,7 +212,7 @@ def replay(
 
     def started(d: Decision) -> None:
         """The loop bound a pod: at its arrival, or later, retried after an event."""
-        nonlocal used, peak
+        nonlocal used, peak, partial_milli
         i = index_of[d.pod.uid]
         p = pods[i]
         assert d.alloc is not None
@@ -181,6 +226,11 @@ def replay(
             heapq.heappush(departures, (now + p.lifetime, i))
         if p.job:
             to_start[p.job] -= 1
+            if to_start[p.job] == 0:
+                partial_milli -= partial_held.pop(p.job, 0)
+            else:
+                partial_held[p.job] = partial_held.get(p.job, 0) + int(held[i])
+                partial_milli += int(held[i])
             if to_start[p.job] == 0 and p.job not in broken_jobs:
                 running_jobs[p.job] = np.unique(row_of[np.asarray(job_pods[p.job])])
 
@@ -193,7 +243,7 @@ def replay(
         return life is not None and life <= cfg.timeout_s
 
     def account(t: float) -> None:
-        nonlocal now, alloc_area
+        nonlocal now, alloc_area, partial_area
         # Cluster-wide time-weighted figures cover the window, not the start nor the drain.
         dt = min(t, t_end) - max(now, t_start)
         if dt > 0:
@@ -204,6 +254,7 @@ def replay(
         # The gang spread is per job, over the job's whole run (all its pods running).
         run_dt = t - now
         if run_dt > 0:
+            partial_area += partial_milli * run_dt
             for job, rows in running_jobs.items():
                 temps = snap.node_temp[rows]
                 mean = float(temps.mean())
@@ -237,11 +288,14 @@ def replay(
                 if job:
                     running_jobs.pop(job, None)
                     broken_jobs.add(job)
+                    if job in partial_held:
+                        partial_held[job] -= int(held[i])
+                        partial_milli -= int(held[i])
             sim.advance(t)
         elif t == t_arrive:
             p = pods[a]
             sim.advance(t)
-            sim.submit(p.info)
+            sim.arrive(p.info)
             if math.isnan(start[a]):
                 life = p.lifetime or 0.0
                 limit = p.arrival + (life if withdrawn_first(a) else cfg.timeout_s)
@@ -290,6 +344,15 @@ def replay(
         if len(idx) > 1 and all(row_of[i] >= 0 for i in idx):
             racks = Counter(int(snap.node_rack[row_of[i]]) for i in idx)
             rack_shares.append(max(racks.values()) / len(idx))
+    completed = partial = 0
+    gang_waits: list[float] = []
+    for idx in job_pods.values():
+        n_started = sum(1 for i in idx if math.isfinite(start[i]))
+        if n_started == len(idx):
+            completed += 1
+            gang_waits.append(max(float(start[i]) for i in idx) - max(pods[i].arrival for i in idx))
+        elif n_started > 0:
+            partial += 1
     spreads = np.asarray(
         [spread_area[j] / spread_time[j] for j in spread_area if spread_time[j] > 0], np.float64
     )
@@ -317,6 +380,12 @@ def replay(
         mean_wait_s=float(waits.mean()) if len(waits) else math.nan,
         retries=retries,
         seconds=seconds,
+        jobs_completed=completed,
+        partial_jobs=partial,
+        gang_wait_s=float(np.mean(gang_waits)) if gang_waits else math.nan,
+        gang_wait_p90_s=float(np.percentile(gang_waits, 90)) if gang_waits else math.nan,
+        permit_idle_gpu_h=sim.permit_idle_gpu_hours,
+        partial_idle_gpu_h=partial_area / 1000.0 / 3600.0,
         errors=errors,
         starts={pods[i].info.name: float(start[i]) for i in range(n)} if keep_starts else {},
     )

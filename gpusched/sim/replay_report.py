@@ -14,7 +14,13 @@ from rich.table import Table
 
 from gpusched.plugins import default_registry
 from gpusched.sim.fgd_protocol import load_trace, parse_seeds
-from gpusched.sim.replay import POLICIES, ReplayPolicy, ReplayRun, run_policies
+from gpusched.sim.replay import (
+    EXTRA_POLICIES,
+    POLICIES,
+    ReplayPolicy,
+    ReplayRun,
+    run_policies,
+)
 from gpusched.sim.replay_workload import ReplayConfig, ReplayWorkload, offered_load
 
 # The seed article's production figures, kube-scheduler -> ai-scheduler. Quoted, never a
@@ -41,6 +47,15 @@ METRICS: tuple[tuple[str, str, str], ...] = (
     ("withdrawn", "pods withdrawn while waiting", "{:.0f}"),
     ("us_per_pod", "replay cost per pod", "{:.0f} µs"),
 )
+# Gang figures (gpusched/sim/replay.py), shown with --gangs or a -nogang policy.
+GANG_METRICS: tuple[tuple[str, str, str], ...] = (
+    ("jobs_completed_pct", "multi-pod jobs completed (all pods started)", "{:.1f}%"),
+    ("partial_jobs", "multi-pod jobs partially started", "{:.1f}"),
+    ("gang_wait_s", "gang wait (last arrival -> all started), mean", "{:.1f} s"),
+    ("gang_wait_p90_s", "gang wait, p90 of jobs", "{:.1f} s"),
+    ("permit_idle_gpu_h", "idle GPU-hours held at Permit", "{:.2f}"),
+    ("partial_idle_gpu_h", "GPU-hours held by partially started jobs", "{:.1f}"),
+)
 
 
 def _stat(values: Sequence[float]) -> tuple[float, float]:
@@ -60,6 +75,14 @@ def _cell(values: Sequence[float], fmt: str) -> str:
     return text
 
 
+def _metrics(
+    cfg: ReplayConfig, results: Sequence[ReplayPolicy]
+) -> tuple[tuple[str, str, str], ...]:
+    if cfg.gangs or any(r.policy in EXTRA_POLICIES for r in results):
+        return METRICS + GANG_METRICS
+    return METRICS
+
+
 def table(
     trace: str, wl: ReplayWorkload, results: Sequence[ReplayPolicy], cfg: ReplayConfig
 ) -> Table:
@@ -68,12 +91,13 @@ def table(
         title=f"Replay of openb/{trace}: {len(wl.pods)} pods, {wl.multi_pod_jobs} multi-pod jobs,"
         f" time compression {cfg.time_compression:g}x, cluster fraction"
         f" {cfg.cluster_fraction:g}, {seeds} seed(s) (mean ± std)"
+        + (", multi-pod jobs are gangs" if cfg.gangs else "")
     )
     t.add_column("metric", no_wrap=True)
     for r in results:
         t.add_column(r.policy, justify="right")
     t.add_column("seed article: kube → ai", justify="right")
-    for attr, label, fmt in METRICS:
+    for attr, label, fmt in _metrics(cfg, results):
         art = ARTICLE.get(attr)
         t.add_row(
             label,
@@ -98,13 +122,15 @@ def to_json(
     policies: dict[str, Any] = {}
     for r in results:
         entry: dict[str, Any] = {"seeds": [run.seed for run in r.runs]}
-        for attr, _label, _fmt in METRICS:
+        for attr, _label, _fmt in _metrics(cfg, results):
             values = r.values(attr)
             mean, std = _stat(values)
             entry[attr] = {"mean": mean, "std": std, "by_seed": values}
         entry["whole_jobs"] = [run.whole_jobs for run in r.runs]
         entry["whole_jobs_ok"] = [run.whole_jobs_ok for run in r.runs]
         entry["jitter_jobs"] = [run.jitter_jobs for run in r.runs]
+        entry["multi_jobs"] = [run.multi_jobs for run in r.runs]
+        entry["jobs_completed"] = [run.jobs_completed for run in r.runs]
         entry["errors"] = [run.errors for run in r.runs]
         policies[r.policy] = entry
     seeds = results[0].runs if results else []
@@ -118,6 +144,7 @@ def to_json(
             "nodes_per_rack": cfg.nodes_per_rack,
             "racks_per_spine": cfg.racks_per_spine,
             "hot_rack_share": cfg.hot_rack_share,
+            "gangs": cfg.gangs,
         },
         "workload": {
             "pods": len(wl.pods),
@@ -152,15 +179,17 @@ def replay_main(args: Any) -> int:
         console.print("--protocol replay needs --trace-dir (e.g. ../shared/traces/openb)")
         return 2
     policies = [p.strip() for p in (args.policies or ",".join(POLICIES)).split(",") if p.strip()]
-    unknown = [p for p in policies if p not in POLICIES]
+    unknown = [p for p in policies if p not in POLICIES + EXTRA_POLICIES]
     if unknown:
-        console.print(f"unknown replay policies {unknown} (known: {', '.join(POLICIES)})")
+        known = ", ".join(POLICIES + EXTRA_POLICIES)
+        console.print(f"unknown replay policies {unknown} (known: {known})")
         return 2
     cfg = ReplayConfig(
         timeout_s=args.timeout,
         job_window_s=args.job_window,
         time_compression=args.time_compression,
         cluster_fraction=args.cluster_fraction,
+        gangs=bool(getattr(args, "gangs", False)),
     )
     trace = load_trace(args.trace_dir, args.pods)
     seeds = parse_seeds(args.seeds or "1")
@@ -170,6 +199,8 @@ def replay_main(args: Any) -> int:
             f"  {run.policy:<16} seed {run.seed}: whole-card success {run.whole_success_pct:5.1f}%"
             f"  hottest {run.hottest_max_c:5.1f} °C  {run.seconds:5.2f} s"
             f"  {run.us_per_pod:4.0f} µs/pod"
+            f"  multi-pod jobs completed {run.jobs_completed}/{run.multi_jobs},"
+            f" partial {run.partial_jobs}"
         )
 
     wl, layouts, results = run_policies(

@@ -5,6 +5,7 @@ gpusched/sim/replay.py; docs/replay-results.md gives every rule.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import Counter
 from collections.abc import Sequence
@@ -13,8 +14,9 @@ from typing import Any
 
 import numpy as np
 
+from gpusched.model import keys
 from gpusched.model.node import NodeModel
-from gpusched.model.pod import PodInfo
+from gpusched.model.pod import Gang, GangAPI, PodInfo
 from gpusched.sim.openb import TraceNode, TracePod
 from gpusched.sim.thermal import HOT_AMBIENT_C, IDLE_RISE_C, NORMAL_AMBIENT_C
 from gpusched.sim.trace_cluster import node_model, pod_info
@@ -31,6 +33,9 @@ class ReplayConfig:
     racks_per_spine: int = 8
     hot_rack_share: float = 0.2
     cluster_fraction: float = 1.0
+    # Every multi-pod job becomes a gang (annotation API: scheduling.ai/gang-name = the job,
+    # gang-total = its size, so minMember = the job's size): all its pods start or none.
+    gangs: bool = False
 
     def __post_init__(self) -> None:
         if not 0 < self.cluster_fraction <= 1:
@@ -140,6 +145,8 @@ def build_workload(pods: Sequence[TracePod], cfg: ReplayConfig) -> ReplayWorkloa
             lifetime = float(p.deletion_time - p.creation_time)
         arrival = (p.creation_time - t0) / cfg.time_compression
         info = pod_info(p.name, p, job_id=job, created=arrival)
+        if job and cfg.gangs:
+            info = as_gang_member(info, job, len(members[j]))
         out.append(ReplayPod(i, p, arrival, lifetime, job, info))
     jobs = {
         (f"job-{j:05d}" if len(m) > 1 else kept[m[0]].name): tuple(m) for j, m in enumerate(members)
@@ -153,6 +160,16 @@ def build_workload(pods: Sequence[TracePod], cfg: ReplayConfig) -> ReplayWorkloa
         window_start=int(t0),
         measure_from=(first_end - t0) / cfg.time_compression,
         initial=sum(1 for p in kept if (p.creation_time or 0) < first_end),
+    )
+
+
+def as_gang_member(info: PodInfo, gang: str, size: int) -> PodInfo:
+    """The pod as a member of the annotation gang `gang` of `size` pods (minMember = size),
+    with the annotations a user would write (`scheduling.ai/gang-name`, `gang-total`)."""
+    return dataclasses.replace(
+        info,
+        annotations={**info.annotations, keys.GANG_NAME: gang, keys.GANG_TOTAL: str(size)},
+        gang=Gang(f"{info.namespace}/{gang}", size, GangAPI.ANNOTATIONS),
     )
 
 
