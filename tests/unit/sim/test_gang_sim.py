@@ -5,11 +5,14 @@ computed by hand; the clock is virtual (nothing timed)."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
+from gpusched.cli import main
 from gpusched.core.queue.queue import GATED
 from gpusched.core.schedule_one import Result
 from gpusched.model import keys
@@ -22,7 +25,7 @@ from gpusched.sim.generator import (
     generate_fleet,
     generate_gang_workload,
 )
-from gpusched.sim.openb import TracePod
+from gpusched.sim.openb import POD_COLUMNS, TracePod
 from gpusched.sim.replay import ReplayRun, policy_profile, replay
 from gpusched.sim.replay_workload import ReplayConfig, build_workload, rack_layout
 from tests.builders import GiB, ai_sim, gpu_node, trace_nodes, trace_pod
@@ -236,3 +239,33 @@ def test_a_withdrawn_member_no_longer_counts_for_its_gang() -> None:
     s.withdraw(a.uid)
     assert not s.handle.gang_members("ns/g")
     assert s.arrive(b) is None  # one member exists, not two: b is held
+
+
+def test_the_cli_reports_the_gang_figures(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace = tmp_path / "trace"
+    trace.mkdir()
+    (trace / "openb_node_list_gpu_node.csv").write_text(
+        "sn,cpu_milli,memory_mib,gpu,model\nn-0,64000,262144,2,T4\nn-1,64000,262144,2,T4\n"
+    )
+    rows = [
+        "x,2000,1024,2,1000,,LS,Running,0,100,0",
+        "j0,1000,1024,2,1000,,LS,Running,10,1010,10",
+        "j1,1000,1024,2,1000,,LS,Running,10,1010,10",
+        "end,100,1024,0,0,,LS,Running,2000,2100,2000",
+    ]
+    (trace / "openb_pod_list_default.csv").write_text(
+        ",".join(POD_COLUMNS) + "\n" + "\n".join(rows) + "\n"
+    )
+    out = tmp_path / "out.json"
+    argv = ["simulate", "--protocol", "replay", "--trace-dir", str(trace), "--seeds", "1"]
+    policies = "ai-scheduler,least-allocated-nogang"
+    assert main([*argv, "--gangs", "--policies", policies, "--json-out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "multi-pod jobs partially started" in text and "multi-pod jobs are gangs" in text
+    data = json.loads(out.read_text())
+    assert data["config"]["gangs"] is True
+    gang, blind = data["policies"]["ai-scheduler"], data["policies"]["least-allocated-nogang"]
+    assert gang["jobs_completed"] == [1] and gang["partial_idle_gpu_h"]["mean"] == 0.0
+    assert blind["partial_idle_gpu_h"]["mean"] == pytest.approx(2 * 90 / 3600)
