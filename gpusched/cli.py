@@ -162,13 +162,14 @@ def _cmd_simulate_demo(args: argparse.Namespace) -> int:
     from gpusched.config import builtin_profile
     from gpusched.plugins import default_registry
     from gpusched.sim.demo import DemoResult, run_profile
-    from gpusched.sim.generator import generate_fleet, generate_workload
+    from gpusched.sim.generator import generate_fleet, generate_gang_workload, generate_workload
 
     # Wide enough that the table never wraps its labels, also when piped.
     console = Console(width=max(100, Console().width))
     registry = default_registry()
     fleet = generate_fleet(seed=args.seed, racks=args.racks, nodes_per_rack=args.nodes_per_rack)
-    pods = generate_workload(fleet, seed=args.seed, load=args.load)
+    gen = generate_gang_workload if args.gangs else generate_workload
+    pods = gen(fleet, seed=args.seed, load=args.load)
     console.print(
         f"fleet: {len(fleet.nodes)} nodes, {fleet.gpu_milli_capacity // 1000} GPUs"
         f" in {args.racks} racks;"
@@ -413,8 +414,9 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument(
         "--gangs",
         action="store_true",
-        help="make every multi-pod job a gang of its size (scheduling.ai/gang-name annotations);"
-        " policy NAME-nogang runs NAME with GangScheduling disabled",
+        help="replay: make every multi-pod job a gang of its size (scheduling.ai/gang-name"
+        " annotations), and policy NAME-nogang runs NAME with GangScheduling disabled;"
+        " demo: a workload of 2-32 pod gangs and single pods (generate_gang_workload)",
     )
     sim.set_defaults(func=_cmd_simulate)
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpusched.config.profile import Profile
-from gpusched.core.schedule_one import Result
+from gpusched.core.schedule_one import Decision, Result
 from gpusched.framework.registry import Registry
 from gpusched.model.pod import GpuKind, PodInfo
 from gpusched.sim.engine import Simulation
@@ -58,7 +58,7 @@ def run_profile(
     # cost, not the per-pod cost the table reports.
     warm = Simulation(fleet.nodes, profile, registry, seed=seed)
     for pod in pods[:32]:
-        warm.submit(pod)
+        warm.arrive(pod)
     sim = Simulation(
         fleet.nodes, profile, registry, seed=seed, idle_temperatures=fleet.idle_temperatures
     )
@@ -67,7 +67,18 @@ def run_profile(
     placed_rows: dict[str, list[int]] = defaultdict(list)
     job_sizes: Counter[str] = Counter()
     whole_node_jobs: set[str] = set()
+    gang_bound: set[str] = set()
     errors = 0
+
+    def bound(d: Decision) -> None:
+        # A gang's members bind when its last pod arrives (generate_gang_workload), after
+        # their own `arrive` returned: they are counted here.
+        if d.pod.gang is not None and d.alloc is not None:
+            gang_bound.add(d.pod.uid)
+            if d.pod.job_id:
+                placed_rows[d.pod.job_id].append(d.alloc.row)
+
+    sim.on_bound(bound)
     t0 = time.perf_counter()
     for i, pod in enumerate(pods):
         kind = _pod_type(pod)
@@ -76,7 +87,9 @@ def run_profile(
             job_sizes[pod.job_id] += 1
             if pod.request.gpu_cards == 8:
                 whole_node_jobs.add(pod.job_id)
-        d = sim.submit(pod)
+        d = sim.arrive(pod)
+        if pod.gang is not None or d is None:
+            continue  # a gang member: placed with its gang or not at all (counted below)
         if d.result is Result.SCHEDULED and d.alloc is not None:
             if pod.job_id:
                 placed_rows[pod.job_id].append(d.alloc.row)
@@ -86,6 +99,10 @@ def run_profile(
             errors += d.result is Result.ERROR
         if progress is not None and i % 256 == 0:
             progress(i)
+    for pod in pods:
+        if pod.gang is not None and pod.uid not in gang_bound:
+            unplaced[_pod_type(pod)] += 1
+    errors = max(errors, sim.errors)
     elapsed = time.perf_counter() - t0
     snap = sim.snapshot
     cap = snap.gpu_milli_capacity()

@@ -18,6 +18,7 @@ from gpusched.core.schedule_one import Result
 from gpusched.model import keys
 from gpusched.model.pod import Gang, GangAPI, PodInfo, PodRequest
 from gpusched.plugins import default_registry
+from gpusched.sim.demo import run_profile
 from gpusched.sim.engine import Simulation
 from gpusched.sim.generator import (
     GANG_CARDS,
@@ -269,3 +270,20 @@ def test_the_cli_reports_the_gang_figures(
     gang, blind = data["policies"]["ai-scheduler"], data["policies"]["least-allocated-nogang"]
     assert gang["jobs_completed"] == [1] and gang["partial_idle_gpu_h"]["mean"] == 0.0
     assert blind["partial_idle_gpu_h"]["mean"] == pytest.approx(2 * 90 / 3600)
+
+
+def test_the_demo_runs_a_gang_workload_and_counts_unplaced_gangs_whole() -> None:
+    fleet = generate_fleet(seed=2, racks=4, nodes_per_rack=4)
+    pods = generate_gang_workload(fleet, seed=2, load=1.5)
+    reg = default_registry()
+    result = run_profile(fleet, pods, policy_profile("ai-scheduler", reg), reg, seed=2)
+    # The same arrivals through a bare simulation: which pods bound.
+    s = Simulation(fleet.nodes, policy_profile("ai-scheduler", reg), reg, seed=2)
+    bound: set[str] = set()
+    s.on_bound(lambda d: bound.add(d.pod.uid))
+    for p in pods:
+        d = s.arrive(p)
+        if p.gang is None and d is not None and d.result is not Result.SCHEDULED:
+            s.withdraw(p.uid)
+    assert result.errors == 0
+    assert sum(result.unplaced.values()) == len(pods) - len(bound) > 0
