@@ -163,7 +163,8 @@ def replay(
     warm_up: bool = True,
     progress: Callable[[int, int], None] | None = None,
 ) -> ReplayRun:
-    """One built-in profile over the workload's events on the layout's cluster."""
+    """One policy (a built-in profile, or one + `-nogang`: `policy_profile`) over the
+    workload's events on the layout's cluster."""
     profile = policy_profile(profile_name, registry)
     if warm_up:
         # The first calls load the jitted kernels: start-up cost, not per-pod cost.
