@@ -25,9 +25,11 @@ def member(name: str, gang: str, size: int, cards: int = 8) -> PodInfo:
 def test_members_refused_at_filter_do_not_wake_each_other_forever() -> None:
     """GangScheduling's PreFilter admits the gang on free cards (it does not see taints)
     and names the sibling to activate; Filter then refuses it (TaintToleration leaves one
-    node). ScheduleOne used to activate the sibling after the failed cycle too, so the two
-    members re-activated each other past their backoff forever (the replay hung). As in
-    kube-scheduler, only a successful cycle activates pods now."""
+    node). At the branch point of this test ScheduleOne activated the sibling after the
+    failed cycle too, and the two members re-activated each other past their backoff
+    forever (the gang replay hung). Two guards now: ScheduleOne activates only after a
+    successful cycle (kube-scheduler's schedulingCycle), and GangScheduling holds a gang
+    that failed to assemble back (main's 17b1ff5); either alone keeps this test green."""
     tainted = dataclasses.replace(
         gpu_node("n1", rack="r0"), taints=(Taint("x.io/busy", "", "NoSchedule"),)
     )
