@@ -83,6 +83,9 @@ class FakeHandle:
     def job_rows(self, job_key: str) -> Rows:
         return np.empty(0, np.intp)
 
+    def assumed_pods(self) -> Iterable[tuple[PodInfo, str]]:
+        return ()
+
     def count_matching_pods(self, matcher: PodMatcher) -> NDArray[np.int64]:
         out = np.zeros(len(self.snapshot.node_valid), np.int64)
         for node, pods in self.pods.items():

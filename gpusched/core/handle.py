@@ -51,6 +51,9 @@ class SchedulerHandle:
     def pods_on_node(self, node: str) -> Iterable[PodInfo]:
         return self.cache.pods_on_node(node)
 
+    def assumed_pods(self) -> Iterable[tuple[PodInfo, str]]:
+        return self.cache.assumed_pods()
+
     def job_rows(self, job_key: str) -> Rows:
         return self.cache.job_rows(job_key)
 

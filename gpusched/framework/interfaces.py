@@ -165,6 +165,11 @@ class Handle(Protocol):
 
     def pods_on_node(self, node: str) -> Iterable[PodInfo]: ...
 
+    def assumed_pods(self) -> Iterable[tuple[PodInfo, str]]:
+        """Pods placed by this scheduler and not yet seen bound (bindings in flight, gang
+        members waiting at Permit), with their node: placed, but not running yet."""
+        ...
+
     def job_rows(self, job_key: str) -> Rows:
         """Snapshot rows holding pods (bound or assumed) of a training job, by the pod's
         `job_key` (namespace/job id)."""

@@ -150,6 +150,10 @@ class ClusterCache:
     def __init__(self, snapshot: Snapshot | None = None) -> None:
         self.snapshot = snapshot or Snapshot()
         self.pods: dict[str, PodEntry] = {}
+        # The assumed pods (placed, not yet seen bound): few (bindings in flight, gang
+        # members waiting at Permit), read by plugins that must count what is placed but
+        # not yet running (Thermal: heat the telemetry cannot show yet).
+        self._assumed: dict[str, PodEntry] = {}
         self._by_node: dict[str, set[str]] = {}
         self._jobs: dict[str, Counter[int]] = {}
         # Host ports in use per node (NodePorts), only nodes where a pod holds one, kept
@@ -203,6 +207,7 @@ class ClusterCache:
         entry.first = entry.claim = Claim.assigned(pod, alloc)
         entry.held = tuple(alloc.cards)
         self.pods[pod.uid] = entry
+        self._assumed[pod.uid] = entry
         self._by_node.setdefault(alloc.node, set()).add(pod.uid)
         self._ports_add(pod, alloc.node, 1)
         self._file(pod, 1)
@@ -254,11 +259,13 @@ class ClusterCache:
             ):
                 entry.pod = pod
                 entry.assumed = False
+                self._assumed.pop(pod.uid, None)
                 return
             self._uncharge(entry)
             entry.alloc = None
             entry.pod = pod
             entry.assumed = False
+            self._assumed.pop(pod.uid, None)
             entry.claim = claim
             if claim != entry.first:
                 first = entry.first.describe() if entry.first is not None else "no assignment"
@@ -285,6 +292,11 @@ class ClusterCache:
     def pods_on_node(self, node: str) -> Iterator[PodInfo]:
         for uid in self._by_node.get(node, ()):
             yield self.pods[uid].pod
+
+    def assumed_pods(self) -> Iterator[tuple[PodInfo, str]]:
+        """Assumed pods (placed, not yet seen bound) with their node."""
+        for entry in self._assumed.values():
+            yield entry.pod, entry.node
 
     def job_rows(self, job_key: str) -> Rows:
         rows = self._jobs.get(job_key)
@@ -385,6 +397,7 @@ class ClusterCache:
 
     def _drop(self, uid: str) -> None:
         entry = self.pods.pop(uid)
+        self._assumed.pop(uid, None)
         node = entry.node
         members = self._by_node.get(node)
         if members is not None:

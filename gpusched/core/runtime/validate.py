@@ -63,6 +63,9 @@ class _StubHandle:
     def pods_on_node(self, node: str) -> Iterable[PodInfo]:
         return ()
 
+    def assumed_pods(self) -> Iterable[tuple[PodInfo, str]]:
+        return ()
+
     def job_rows(self, job_key: str) -> Rows:
         return np.empty(0, np.intp)
 

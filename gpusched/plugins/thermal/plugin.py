@@ -65,9 +65,29 @@ class Thermal:
         cards = snap.node_card_count[rows].astype(np.float32)
         if gpus is None:
             gpus = self._gpus(pod, rows)
+        # Pods placed but not yet seen bound (a gang's members waiting at Permit, bindings
+        # in flight) heat the node too once they start, though no temperature shows them
+        # yet: without them every member of a gang would be judged alone.
+        pending = self._pending_gpus(len(snap.node_valid))
+        if pending is not None:
+            gpus = gpus + pending[rows]
         share = np.divide(gpus, cards, out=np.zeros_like(cards), where=cards > 0)
         rise = np.float32(self.args.full_load_rise_celsius) * np.minimum(share, np.float32(1.0))
         return (temp + rise).astype(np.float32)
+
+    def _pending_gpus(self, n: int) -> NDArray[np.float32] | None:
+        """Cards' worth of GPU per row held by assumed pods; None when there are none."""
+        out: NDArray[np.float32] | None = None
+        snap = self.handle.snapshot
+        for pod, node in self.handle.assumed_pods():
+            milli = pod.request.gpu_milli_total
+            row = snap.row_of(node)
+            if milli <= 0 or row < 0:
+                continue
+            if out is None:
+                out = np.zeros(n, np.float32)
+            out[row] += np.float32(milli / 1000.0)
+        return out
 
     def filter(self, state: CycleState, pod: PodInfo, candidates: Mask) -> FilterResult:
         req = pod.request
