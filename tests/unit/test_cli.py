@@ -8,6 +8,7 @@ import pytest
 
 from gpusched.cli import build_parser, check_config_main, main
 from gpusched.framework.registry import Registry
+from gpusched.plugins import default_registry
 from gpusched.sim.fgd_owners import OWNERS
 from gpusched.sim.fgd_protocol import TIE_BREAKS
 from gpusched.sim.openb import POD_COLUMNS
@@ -264,8 +265,9 @@ ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "manifests" / "examples" / "scheduler-config.yaml"
 
 
-def test_check_config_main_ok(registry: Registry, capsys: pytest.CaptureFixture[str]) -> None:
-    assert check_config_main(str(EXAMPLE), registry) == 0
+def test_check_config_main_ok(capsys: pytest.CaptureFixture[str]) -> None:
+    # The shipped example against the real plugins and their typed args.
+    assert check_config_main(str(EXAMPLE), default_registry()) == 0
     out = capsys.readouterr()
     assert out.out == "OK: 2 profiles (ai-scheduler, least-allocated)\n"
     assert out.err == ""
