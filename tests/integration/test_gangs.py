@@ -412,8 +412,8 @@ async def test_a_32_pod_gang_goes_all_or_nothing_into_the_fewest_racks(
         racks = {rack_of(spec_by_node, n) for n in placed.values()}
         assert len(racks) == best_racks, sorted(racks)
         assert len({spine_of[r] for r in racks}) == best_spines
-        # A probe gang needing exactly the two nodes left: it runs; the over-size gang,
-        # refused again, still has no pod bound and so held none of those nodes either.
+        # A probe gang needing exactly the two nodes left: it runs; the over-size gang
+        # still has no pod bound and so held none of the 34 nodes the others took.
         probe = annotation_gang("probe", pool, 2)
         probe_names = [p["metadata"]["name"] for p in probe]
         await create_pods(kube, namespace, probe)
@@ -678,9 +678,7 @@ async def test_an_indexed_job_is_gang_scheduled_through_its_workload_and_pod_gro
         assert "Workload" in {o["kind"] for o in pg["metadata"]["ownerReferences"]}
         cond = _condition(pg, "PodGroupScheduled")
         assert cond["reason"] == "Scheduled", cond
-        # Gang-scheduled: the members waited for each other at Permit (the decision log
-        # shows GangScheduling's wait) and went to the fewest racks: two of the 2-node
-        # racks, under one spine.
+        # Placed as one gang: the fewest racks (two of the 2-node racks) under one spine.
         assert len(set(bound.values())) == 4
         racks = {rack_of(spec_by_node, n) for n in bound.values()}
         assert len(racks) == 2, racks
@@ -778,5 +776,7 @@ async def test_a_stream_of_one_pod_gangs_does_not_starve_a_16_pod_gang(
         drain = 16 * max(period, STREAM_PERIOD)
         bound = STARVATION_SECONDS + 2 * MAX_BACKOFF_SECONDS + drain
         assert waited <= bound, (waited, bound, steps)
+        # Not before the reservation: the stream kept at least 15 nodes busy until then.
+        assert waited >= STARVATION_SECONDS, waited
         # Everyone else ran meanwhile: the stream's pods were bound before the reservation.
         assert len(pods.ever_bound(n for n in pods.bound if n.startswith("s-"))) > 16
