@@ -51,6 +51,8 @@ from gpusched.model.pod import GangAPI, PodInfo, PodRequest
 from gpusched.plugins.gang_scheduling import placement
 from gpusched.plugins.gang_scheduling.args import GangSchedulingArgs
 from gpusched.plugins.helper.args import checked_args
+from gpusched.plugins.helper.node_selector import freeze, parse_required
+from gpusched.plugins.helper.tolerations import parse_tolerations, tolerated
 
 NAME = "GangScheduling"
 HOSTNAME = "kubernetes.io/hostname"
@@ -148,6 +150,8 @@ class GangScheduling:
         # pull each other back into the queue forever.
         self._failed: dict[str, tuple[int, float, str]] = {}
         self._label_domains: dict[str, tuple[tuple[int, int], NDArray[np.int64]]] = {}
+        # (nodeSelector, node affinity, tolerations) -> (snapshot stamp, rows the pod may use)
+        self._eligible_rows: dict[object, tuple[tuple[int, int, int], Mask]] = {}
 
     # -- the gang's policy -------------------------------------------------------------------
 
@@ -273,7 +277,7 @@ class GangScheduling:
             self._refused(pol, lead)
             return None, cached[1]
         near = self._rows_of(members)
-        counts = self._counts(lead, pol.key, lead_need, self._usable(pol.key))
+        counts = self._counts(lead, pol.key, lead_need, self._usable(pol.key, lead))
         choice = self._choose(counts, lead_need, pol, near)
         if isinstance(choice, Status):
             return None, choice
@@ -310,11 +314,13 @@ class GangScheduling:
         plan = self.plans.get(pol.key)
         if plan is None:
             # The lead's own filters are known only when this pod is of its shape.
-            where = mask if pod.request == cyc.lead.request else self._usable(pol.key)
+            where = mask if pod.request == cyc.lead.request else self._usable(pol.key, cyc.lead)
             counts = self._counts(cyc.lead, pol.key, cyc.lead_need, where)
             near = self._rows_of(self.handle.gang_members(pol.key))
             choice = self._choose(counts, cyc.lead_need, pol, near)
             if choice is None or isinstance(choice, Status):
+                if choice is None:
+                    self._refused(pol, cyc.lead)  # for capacity, on the nodes it may use
                 reason = f"node(s) could not hold the pod's gang: {_refusal(cyc, counts)}"
                 codes[mask] = 1
                 return FilterResult(np.zeros_like(candidates), (RESERVED, reason), codes)
@@ -411,14 +417,54 @@ class GangScheduling:
         if self.reservation is not None and self.reservation.key == key:
             self.reservation = None
 
-    def _usable(self, key: str) -> Mask:
-        """Rows a gang may plan on: schedulable nodes not reserved by another gang."""
-        snap = self.handle.snapshot
-        usable = snap.node_valid & ~snap.node_unschedulable
+    def _usable(self, key: str, pod: PodInfo) -> Mask:
+        """Rows a gang may plan on: nodes `pod` (its lead) may use, not reserved by another
+        gang."""
+        usable = self._eligible(pod)
         res = self.reservation
         if res is not None and res.key != key:
             usable = usable & ~res.mask
         return usable
+
+    def _eligible(self, pod: PodInfo) -> Mask:
+        """Rows whose node the pod may use whatever runs there: schedulable, its
+        nodeSelector and required node affinity match, every NoSchedule/NoExecute taint
+        tolerated. Free cards anywhere else are no capacity for the gang, and reserving
+        them does not help it: counted over every node, a gang confined to a full pool
+        passed PreFilter on another pool's free cards, was refused in Filter without its
+        starvation clock running, and could reserve the other pool's nodes."""
+        snap = self.handle.snapshot
+        return self._static_rows(pod) & snap.node_valid & ~snap.node_unschedulable
+
+    def _static_rows(self, pod: PodInfo) -> Mask:
+        """The label and taint part of `_eligible`, cached per pod shape until a node
+        joins or leaves or a label or taint set changes (the snapshot's stamps)."""
+        snap = self.handle.snapshot
+        n = len(snap.node_valid)
+        affinity = pod.affinity.get("nodeAffinity") or {}
+        sig = (freeze(pod.node_selector), freeze(affinity), parse_tolerations(pod.tolerations))
+        stamp = (snap.membership, snap.generation, n)
+        cached = self._eligible_rows.get(sig)
+        if cached is not None and cached[0] == stamp:
+            return cached[1]
+        ok = np.ones(n, np.bool_)
+        errors: list[str] = []
+        required = parse_required(pod.node_selector, affinity, "spec.affinity.nodeAffinity", errors)
+        if not errors:  # else NodeAffinity refuses the pod, naming the field
+            tolerations = sig[2]
+            for row in snap.valid_rows().tolist():
+                node = snap.nodes[row]
+                if node is None:
+                    continue
+                if (required is not None and not required.matches(node.labels, node.name)) or any(
+                    t.effect in ("NoSchedule", "NoExecute") and not tolerated(tolerations, t)
+                    for t in node.taints
+                ):
+                    ok[row] = False
+        if len(self._eligible_rows) >= 256:
+            self._eligible_rows.clear()
+        self._eligible_rows[sig] = (stamp, ok)
+        return ok
 
     def _refused(self, pol: Policy, pod: PodInfo) -> None:
         now = self.handle.now()
@@ -480,7 +526,7 @@ class GangScheduling:
         members = self.handle.gang_members(pol.key)
         placed = sum(1 for _, n in members if n)
         _, need = _lead(pod, members, pol.min_member - placed)
-        usable = snap.node_valid & ~snap.node_unschedulable
+        usable = self._eligible(pod)
         empty = self._counts(pod, pol.key, need, usable, empty=True)
         choice = self._choose(empty, need, pol)
         if choice is None or isinstance(choice, Status):
@@ -625,7 +671,7 @@ class GangScheduling:
         snap = self.handle.snapshot
         pol = cyc.policy
         inside = np.isin(_rack_ids(snap.node_rack), np.asarray(choice.racks, np.int64))
-        mask = inside & self._usable(pol.key)
+        mask = inside & self._usable(pol.key, cyc.lead)
         req = cyc.lead.request
         plan = Plan(
             mask=mask,

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
+
 from gpusched.config.load import builtin_profile
 from gpusched.framework import CycleState
 from gpusched.framework.gangs import PodGroupSpec, StaticGangs
@@ -337,3 +339,49 @@ def test_preferred_spine_keeps_a_gang_in_one_spine_at_the_cost_of_racks() -> Non
     ]
     arrive(s2, *pods)
     assert racks_of(s2, "p") == {"r0", "r1", "r2"}
+
+
+def test_a_gang_confined_to_a_full_pool_starves_no_longer_than_the_bound() -> None:
+    # Pool a (rack r1) is full of 8-card pods, pool b (rack r0) is free but the gang's
+    # nodeSelector keeps it in a. Free cards in b are no capacity for it: it is refused for
+    # capacity (its starvation clock runs), reserves a's nodes, not b's, and runs once
+    # the stream has drained them; before, it passed PreFilter on b's cards, was refused in
+    # Filter, never reserved and starved.
+    nodes = []
+    for n in rack_nodes(2, 2):
+        pool = "a" if n.rack == "r1" else "b"  # b first: where a tie would go
+        nodes.append(dataclasses.replace(n, labels={**n.labels, "pool": pool}))
+    s = sim(nodes, starvation_seconds=10.0)
+    in_a = {"pool": "a"}
+    small = [member(f"s{i}", 0, 1, node_selector=in_a) for i in range(2)]
+    arrive(s, *small)
+    assert len(s.cache.pods) == 2
+    big = [member("big", i, 2, node_selector=in_a) for i in range(2)]
+    arrive(s, *big)
+    assert placed(s, "big") == {}
+    d = s.queue.where(big[0].uid)
+    assert d in ("unschedulable", "backoff"), d
+    t, nxt, waited = 0.0, 2, -1
+    for step in range(60):
+        t += 1.0
+        s.advance(t)
+        res = gang_plugin(s).reservation
+        if res is not None:
+            reserved = {s.snapshot.names[r] for r in np.flatnonzero(res.mask)}
+            assert reserved <= {"r1-n0", "r1-n1"}, reserved
+        oldest = min(
+            (p for p in small if p.uid in s.cache.pods), key=lambda p: p.created, default=None
+        )
+        if oldest is not None:
+            s.delete(oldest.uid)
+        newcomer = member(f"s{nxt}", 0, 1, node_selector=in_a)
+        nxt += 1
+        small.append(newcomer)
+        arrive(s, newcomer)
+        if len(placed(s, "big")) == 2:
+            waited = step
+            break
+    assert set(placed(s, "big").values()) == {"r1-n0", "r1-n1"}, "the gang starved"
+    # starvationSeconds, a backoff (10 s at most) before the member that reserves is
+    # retried, two one-a-second deletions to drain, a backoff before the gang runs.
+    assert 0 <= waited <= 10 + 10 + 2 + 10
