@@ -547,14 +547,10 @@ async def test_a_gang_that_times_out_releases_every_card_then_runs_once_whole(
         parked = time.monotonic()
         assert held.running == 0
         await pgs.until(
-            lambda: (
-                pgs.items["tg"].get("status", {}).get("phase") == "Scheduling"
-                and "scheduleStartTime" in pgs.items["tg"]["status"]
-            ),
-            "PodGroup tg Scheduling with a scheduleStartTime",
+            lambda: pgs.items["tg"].get("status", {}).get("phase") == "Scheduling",
+            "PodGroup tg Scheduling (its four pods exist)",
         )
-        status = pgs.items["tg"]["status"]
-        assert "running" not in status, status
+        assert "running" not in pgs.items["tg"]["status"], pgs.items["tg"]["status"]
         assert pods.ever_bound(names) == {}
 
         # While they wait they hold three nodes and their plan keeps the fourth for the gated
@@ -565,7 +561,7 @@ async def test_a_gang_that_times_out_releases_every_card_then_runs_once_whole(
         await pods.until(
             lambda: _unschedulable(pods.items.get(probe_names[0])),
             "the probe refused while the gang holds three nodes",
-            lambda: log_tail(stream, namespace, "probe-"),
+            lambda: log_tail(stream, namespace, "", 30),
         )
         refusal = _condition(pods.items[probe_names[0]], "PodScheduled")["message"]
         assert "the capacity free for it holds 0" in refusal, refusal
@@ -595,7 +591,12 @@ async def test_a_gang_that_times_out_releases_every_card_then_runs_once_whole(
         )
         report = await board_until(daemon, GangAPI.COSCHEDULING, key, lambda r: r.placed == 0, 10)
         assert report.pending == 4
-        assert pgs.items["tg"]["status"]["phase"] == "Scheduling"
+        await pgs.until(
+            lambda: "scheduleStartTime" in pgs.items["tg"].get("status", {}),
+            "PodGroup tg has a scheduleStartTime once its members were attempted",
+        )
+        status = pgs.items["tg"]["status"]
+        assert status["phase"] == "Scheduling", status
 
         # The probe finishes and the gate goes: the gang runs whole.
         await delete_pods(kube, namespace, probe_names)
