@@ -18,6 +18,7 @@ from gpusched.framework.points import POINT_METHODS
 from gpusched.framework.registry import Registry
 from gpusched.framework.status import wait
 from gpusched.model.pod import PodInfo
+from gpusched.plugins.gang_scheduling.args import GangSchedulingArgs
 
 # --- for the runtime tests ---------------------------------------------------------------
 
@@ -188,6 +189,7 @@ DEFAULT_FAKES = (
         P.POST_FILTER,
         P.RESERVE,
         P.PERMIT,
+        args=GangSchedulingArgs,
     ),
     fake("NodeResourcesFit", P.PRE_FILTER, P.FILTER, P.SCORE, args=FitArgs),
     fake("NodeAffinity", P.PRE_FILTER, P.FILTER),

@@ -377,10 +377,11 @@ class Daemon:
             core = {loop_task, *background, *([elector_task] if elector_task else [])}
             await self._until(None, core)
         finally:
-            if self.status_operator is not None:
-                # First: a replica that lost the Lease must stop writing status at once.
-                await self.status_operator.stop()
+            # First, at once: no new pod is taken (a stop or a lost Lease).
             self.queue.close()
+            if self.status_operator is not None:
+                # Then: a replica that lost the Lease must stop writing status now.
+                await self.status_operator.stop()
             if loop_task is not None:
                 # A loop that died has been reported by _until; the cleanup below must run.
                 await asyncio.gather(loop_task, return_exceptions=True)

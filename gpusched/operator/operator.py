@@ -299,9 +299,17 @@ class StatusOperator:
 
     async def _reconcile(self, index: Index) -> None:
         raw = self._objects.get(index)
-        if raw is None:
-            return  # not (yet) listed by kopf, or deleted
         api, key = index
+        if raw is None:
+            if self.board.get(api, key) is None:
+                return  # nothing to write: kopf's watch brings it when there is
+            # The board has news of a PodGroup kopf's watch has not listed (yet): its
+            # first list can lag far behind the scheduler on a loaded machine, and the
+            # status must not wait for it. Read it once; kopf's events take over after.
+            raw = await self._read(index)
+            if raw is None:
+                return  # deleted (or not created yet): a later change wakes it again
+            self._objects[index] = raw
         group = pod_group_from_k8s(raw, api)
         report = self.board.get(api, key)
         status = raw.get("status") if isinstance(raw.get("status"), dict) else {}
@@ -334,6 +342,23 @@ class StatusOperator:
                 "status": {"conditions": new},
             }
             await self._patch_status(index, body)
+
+    async def _read(self, index: Index) -> dict[str, Any] | None:
+        assert self._kube is not None
+        api, key = index
+        namespace, name = key.split("/", 1)
+        try:
+            raw = await self._kube.get(pod_group_path(api, namespace, name))
+        except ApiError as exc:
+            if exc.status != 404:
+                log.warning("PodGroup %s: reading it failed: %s", key, exc)
+                self._retry(index)
+            return None
+        except _NET_ERRORS as exc:
+            log.warning("PodGroup %s: reading it failed: %r", key, exc)
+            self._retry(index)
+            return None
+        return dict(raw)
 
     async def _patch_status(self, index: Index, body: Mapping[str, Any]) -> None:
         assert self._kube is not None

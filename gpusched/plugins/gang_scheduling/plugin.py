@@ -144,10 +144,8 @@ class GangScheduling:
         # Gangs whose reservation drained without the gang fitting (it is held back by
         # something other than capacity): they do not reserve again.
         self._no_reserve: set[str] = set()
-        # gang -> (failed attempts to assemble in a row, held back until, why it failed):
-        # a gang that failed is not tried again at once (kube's Coscheduling backs a
-        # PodGroup off the same way), or a member that passes and one that cannot would
-        # pull each other back into the queue forever.
+        # gang -> (failed attempts to assemble in a row, until when, why it failed): for
+        # that long its members do not pull their siblings into activeQ (see PreFilter).
         self._failed: dict[str, tuple[int, float, str]] = {}
         self._label_domains: dict[str, tuple[tuple[int, int], NDArray[np.int64]]] = {}
         # (nodeSelector, node affinity, tolerations) -> (snapshot stamp, rows the pod may use)
@@ -263,13 +261,6 @@ class GangScheduling:
         plan = self.plans.get(pol.key)
         if plan is not None:
             return PreFilterResult(plan.rows), SUCCESS
-        failed = self._failed.get(pol.key)
-        if failed is not None and self.handle.now() < failed[1]:
-            count, _, why = failed
-            return None, unschedulable(
-                f"{_KIND[pol.api]} {pol.key} could not assemble ({why}); held back"
-                f" {_backoff(count):.0f} s before the whole gang is tried again"
-            )
         snap = self.handle.snapshot
         stamp = (snap.version, snap.membership, self._epoch)
         cached = self._refusals.get(pol.key)
@@ -288,6 +279,14 @@ class GangScheduling:
             return None, refusal
         self._refusals.pop(pol.key, None)
         state.write(_PASSED, True)
+        failed = self._failed.get(pol.key)
+        if failed is not None and self.handle.now() < failed[1]:
+            # It failed to assemble a moment ago: its members come back at the queue's own
+            # pace (backoff, events), not pulled in at once, or a member that fits and one
+            # that never does would pull each other back forever. Refusing them instead
+            # would strand them: a refusal waits for an event that helps the gang, and the
+            # event that would have (a claim created, a node freed) may already be past.
+            return None, SUCCESS
         pending = {p.uid for p, node in members if not node and p.uid != pod.uid}
         if pending:
             activate = state.get(PODS_TO_ACTIVATE)

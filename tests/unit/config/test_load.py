@@ -27,6 +27,7 @@ from gpusched.core.runtime.validate import validate_profiles
 from gpusched.core.schedule_one import Result
 from gpusched.framework.registry import Registry
 from gpusched.plugins import default_registry
+from gpusched.plugins.gang_scheduling.args import GangSchedulingArgs
 from gpusched.sim.engine import Simulation
 from tests.builders import (
     CONFIG_HEAD,
@@ -63,7 +64,11 @@ def test_minimal_document_is_the_default_profile(registry: Registry) -> None:
         PluginRef("PodTopologySpread", 2),
     )
     # Every plugin with an Args type gets its defaults filled in at load time.
-    assert p.plugin_args == {"NodeResourcesFit": FitArgs(), "Thermal": ThermalArgs()}
+    assert p.plugin_args == {
+        "NodeResourcesFit": FitArgs(),
+        "Thermal": ThermalArgs(),
+        "GangScheduling": GangSchedulingArgs(),
+    }
 
 
 def test_default_config_with_and_without_registry(registry: Registry) -> None:
