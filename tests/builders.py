@@ -33,7 +33,7 @@ from gpusched.core.cache.snapshot import Snapshot
 from gpusched.framework import FilterResult, Mask, Rows
 from gpusched.framework.registry import Registry
 from gpusched.model.node import Card, NodeModel, Taint
-from gpusched.model.pod import PodInfo, PodRequest
+from gpusched.model.pod import Gang, GangAPI, PodInfo, PodRequest
 from gpusched.model.selector import Requirement
 from gpusched.model.volume import (
     Claim,
@@ -133,6 +133,19 @@ def ai_pod(name: str, job: str = "", **req: object) -> PodInfo:
         request=PodRequest(cpu_milli=1000, memory_bytes=GiB, **req),  # type: ignore[arg-type]
         scheduler_name="ai-scheduler",
         job_id=job,
+    )
+
+
+def gang_pod(name: str, gang: str, size: int, cards: int = 8) -> PodInfo:
+    """An ai-scheduler pod (1 CPU, 1 GiB, `cards` whole GPUs) in annotation gang `gang` of
+    `size` pods (scheduling.ai/gang-name + gang-total)."""
+    return PodInfo(
+        uid=f"uid-{name}",
+        namespace="ns",
+        name=name,
+        request=PodRequest(cpu_milli=1000, memory_bytes=GiB, gpu_cards=cards),
+        scheduler_name="ai-scheduler",
+        gang=Gang(f"ns/{gang}", size, GangAPI.ANNOTATIONS),
     )
 
 

@@ -7,19 +7,7 @@ import dataclasses
 
 from gpusched.core.schedule_one import Result
 from gpusched.model.node import Taint
-from gpusched.model.pod import Gang, GangAPI, PodInfo, PodRequest
-from tests.builders import GiB, ai_sim, gpu_node
-
-
-def member(name: str, gang: str, size: int, cards: int = 8) -> PodInfo:
-    return PodInfo(
-        uid=f"uid-{name}",
-        namespace="ns",
-        name=name,
-        request=PodRequest(cpu_milli=1000, memory_bytes=GiB, gpu_cards=cards),
-        scheduler_name="ai-scheduler",
-        gang=Gang(f"ns/{gang}", size, GangAPI.ANNOTATIONS),
-    )
+from tests.builders import ai_sim, gang_pod, gpu_node
 
 
 def test_members_refused_at_filter_do_not_wake_each_other_forever() -> None:
@@ -35,7 +23,7 @@ def test_members_refused_at_filter_do_not_wake_each_other_forever() -> None:
     )
     s = ai_sim(gpu_node("n0", rack="r0"), tainted)
     for name in ("a", "b"):
-        s.events.pod_changed(member(name, "g", 2))
+        s.events.pod_changed(gang_pod(name, "g", 2))
     for _ in range(10):  # bounded: the old behaviour never empties activeQ
         info = s.queue.pop_nowait()
         if info is None:

@@ -16,7 +16,7 @@ from gpusched.cli import main
 from gpusched.core.queue.queue import GATED
 from gpusched.core.schedule_one import Result
 from gpusched.model import keys
-from gpusched.model.pod import Gang, GangAPI, PodInfo, PodRequest
+from gpusched.model.pod import Gang, GangAPI, PodInfo
 from gpusched.plugins import default_registry
 from gpusched.sim.demo import run_profile
 from gpusched.sim.engine import Simulation
@@ -29,19 +29,7 @@ from gpusched.sim.generator import (
 from gpusched.sim.openb import POD_COLUMNS, TracePod
 from gpusched.sim.replay import ReplayRun, policy_profile, replay
 from gpusched.sim.replay_workload import ReplayConfig, build_workload, rack_layout
-from tests.builders import GiB, ai_sim, gpu_node, trace_nodes, trace_pod
-
-
-def member(name: str, gang: str, size: int, cards: int = 8) -> PodInfo:
-    return PodInfo(
-        uid=f"uid-{name}",
-        namespace="ns",
-        name=name,
-        request=PodRequest(cpu_milli=1000, memory_bytes=GiB, gpu_cards=cards),
-        scheduler_name="ai-scheduler",
-        gang=Gang(f"ns/{gang}", size, GangAPI.ANNOTATIONS),
-    )
-
+from tests.builders import ai_sim, gang_pod, gpu_node, trace_nodes, trace_pod
 
 # -- the engine: arrive and the Permit idle GPU-hours -------------------------------------
 
@@ -50,11 +38,11 @@ def test_arrive_returns_none_for_a_held_member_and_the_decision_for_the_last() -
     s = ai_sim(gpu_node("n0", rack="r0"), gpu_node("n1", rack="r0"))
     bound: list[str] = []
     s.on_bound(lambda d: bound.append(d.pod.name))
-    assert s.arrive(member("a", "g", 2)) is None
+    assert s.arrive(gang_pod("a", "g", 2)) is None
     assert s.queue.where("uid-a") == GATED
     with pytest.raises(ValueError, match="held at PreEnqueue"):
-        s.submit(member("x", "h", 2))  # submit still refuses a pod it cannot decide
-    d = s.arrive(member("b", "g", 2))
+        s.submit(gang_pod("x", "h", 2))  # submit still refuses a pod it cannot decide
+    d = s.arrive(gang_pod("b", "g", 2))
     assert d is not None and d.result is Result.SCHEDULED
     assert sorted(bound) == ["a", "b"]
     assert s.permit_idle_gpu_hours == 0.0  # the gang completed in one instant
@@ -64,9 +52,9 @@ def _one_member_waits() -> tuple[Simulation, PodInfo]:
     """A 2-member gang whose member b is held by a scheduling gate: a passes PreEnqueue (two
     members exist), takes 8 cards and waits at Permit for b."""
     s = ai_sim(gpu_node("n0", rack="r0"), gpu_node("n1", rack="r0"))
-    b = dataclasses.replace(member("b", "g", 2), scheduling_gates=("x.io/hold",))
+    b = dataclasses.replace(gang_pod("b", "g", 2), scheduling_gates=("x.io/hold",))
     assert s.arrive(b) is None
-    d = s.arrive(member("a", "g", 2))
+    d = s.arrive(gang_pod("a", "g", 2))
     assert d is not None and d.result is Result.WAITING
     return s, b
 
@@ -235,7 +223,7 @@ def test_gang_share_is_checked() -> None:
 
 def test_a_withdrawn_member_no_longer_counts_for_its_gang() -> None:
     s = ai_sim(gpu_node("n0", rack="r0"))
-    a, b = member("a", "g", 2), member("b", "g", 2)
+    a, b = gang_pod("a", "g", 2), gang_pod("b", "g", 2)
     assert s.arrive(a) is None
     s.withdraw(a.uid)
     assert not s.handle.gang_members("ns/g")
@@ -295,7 +283,7 @@ def test_a_gang_does_not_cross_the_thermal_red_line() -> None:
     def run(gang: bool) -> float:
         s = ai_sim(gpu_node("n0", rack="r0"), temps={"n0": 55.0})
         for name in ("a", "b"):
-            p = member(name, "g", 2, cards=4)
+            p = gang_pod(name, "g", 2, cards=4)
             s.arrive(p if gang else dataclasses.replace(p, gang=None))
         return float(s.snapshot.node_temp[s.snapshot.row_of("n0")])
 
