@@ -15,7 +15,7 @@ are reproducible.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from numpy.typing import NDArray
@@ -30,6 +30,9 @@ class Choice:
     racks: tuple[int, ...]
     spines: int  # how many spines those racks span
     leftover: int  # pods of this shape the chosen racks could hold beyond the need
+    # The rows of the required domain chosen (None: no domain): a rack may straddle
+    # domains (a zone label that cuts across racks), and the gang must stay inside one.
+    within: NDArray[np.bool_] | None = field(default=None, compare=False)
 
     def key(self) -> tuple[int, int, int]:
         return (len(self.racks), self.spines, self.leftover)
@@ -81,7 +84,7 @@ def choose(
     rack_spine[rack] = spine  # a rack's rows share one spine (the last row's wins otherwise)
     best: Choice | None = None
 
-    def consider(rows: NDArray[np.bool_]) -> None:
+    def consider(rows: NDArray[np.bool_], within: NDArray[np.bool_] | None = None) -> None:
         nonlocal best
         caps = np.bincount(rack[rows], weights=counts[rows], minlength=n_racks).astype(np.int64)
         found = fewest_racks(caps, need)
@@ -89,14 +92,14 @@ def choose(
             return
         racks, leftover = found
         spines = len({int(rack_spine[r]) for r in racks})
-        choice = Choice(racks, spines, leftover)
+        choice = Choice(racks, spines, leftover, within)
         if best is None or choice.key() < best.key():
             best = choice
 
     positive = counts > 0
     if domain is not None:
         for d in np.unique(domain[positive & (domain >= 0)]):
-            consider(positive & (domain == d))
+            consider(positive & (domain == d), domain == d)
         return best
     for s in np.unique(spine[positive]):
         consider(positive & (spine == s))

@@ -51,6 +51,7 @@ from gpusched.model.pod import GangAPI, PodInfo, PodRequest
 from gpusched.plugins.gang_scheduling import placement
 from gpusched.plugins.gang_scheduling.args import GangSchedulingArgs
 from gpusched.plugins.helper.args import checked_args
+from gpusched.plugins.helper.label_index import LabelIndex, synced_index
 from gpusched.plugins.helper.node_selector import freeze, parse_required
 from gpusched.plugins.helper.tolerations import parse_tolerations, tolerated
 
@@ -147,7 +148,7 @@ class GangScheduling:
         # gang -> (failed attempts to assemble in a row, until when, why it failed): for
         # that long its members do not pull their siblings into activeQ (see PreFilter).
         self._failed: dict[str, tuple[int, float, str]] = {}
-        self._label_domains: dict[str, tuple[tuple[int, int], NDArray[np.int64]]] = {}
+        self._index: LabelIndex | None = None
         # (nodeSelector, node affinity, tolerations) -> (snapshot stamp, rows the pod may use)
         self._eligible_rows: dict[object, tuple[tuple[int, int, int], Mask]] = {}
 
@@ -532,6 +533,8 @@ class GangScheduling:
             return None
         rack = _rack_ids(snap.node_rack)
         inside = usable & np.isin(rack, np.asarray(choice.racks, np.int64))
+        if choice.within is not None:
+            inside &= choice.within
         now_counts = self._counts(pod, pol.key, need, inside)
         rows = np.flatnonzero(inside & (empty > 0))
         order = rows[np.lexsort((rows, -empty[rows], -now_counts[rows]))]
@@ -652,24 +655,18 @@ class GangScheduling:
             return snap.node_spine.astype(np.int64)
         if tier == HOSTNAME:
             return np.arange(len(snap.node_valid), dtype=np.int64)
-        stamp = (snap.membership, snap.generation)
-        cached = self._label_domains.get(tier)
-        if cached is not None and cached[0] == stamp:
-            return cached[1]
-        ids: dict[str, int] = {}
-        out = np.full(len(snap.node_valid), -1, np.int64)
-        for row in snap.valid_rows().tolist():
-            node = snap.nodes[row]
-            value = node.labels.get(tier) if node is not None else None
-            if value is not None:
-                out[row] = ids.setdefault(value, len(ids))
-        self._label_domains[tier] = (stamp, out)
-        return out
+        # Any other label key: the label index PodTopologySpread and InterPodAffinity read
+        # domains from (the key declared watched first, so label sets carry it).
+        snap.watch_labels((tier,))
+        index = self._index = synced_index(self._index, snap)
+        return index.rows(tier)[0].astype(np.int64)
 
     def _plan(self, cyc: _Cycle, counts: NDArray[np.int64], choice: placement.Choice) -> Plan:
         snap = self.handle.snapshot
         pol = cyc.policy
         inside = np.isin(_rack_ids(snap.node_rack), np.asarray(choice.racks, np.int64))
+        if choice.within is not None:
+            inside &= choice.within
         mask = inside & self._usable(pol.key, cyc.lead)
         req = cyc.lead.request
         plan = Plan(

@@ -385,3 +385,21 @@ def test_a_gang_confined_to_a_full_pool_starves_no_longer_than_the_bound() -> No
     # starvationSeconds, a backoff (10 s at most) before the member that reserves is
     # retried, two one-a-second deletions to drain, a backoff before the gang runs.
     assert 0 <= waited <= 10 + 10 + 2 + 10
+
+
+def test_required_label_key_holds_the_gang_in_one_domain_of_that_label() -> None:
+    # The upstream PodGroup's topology key may be any node label: here a zone that cuts
+    # across the racks (each rack's n0 in zone a, its n1 in zone b).
+    zone = "topology.kubernetes.io/zone"
+    nodes = [
+        dataclasses.replace(n, labels={**n.labels, zone: "a" if n.name.endswith("n0") else "b"})
+        for n in rack_nodes(2, 2)
+    ]
+    group = PodGroupSpec("ns/g", GangAPI.WORKLOAD, 2, topology_required=zone)
+    s = sim(nodes, group, dataclasses.replace(group, key="ns/big", min_member=3))
+    arrive(s, *[member("g", i, api=GangAPI.WORKLOAD) for i in range(2)])
+    got = placed(s, "g")
+    assert len(got) == 2
+    assert len({n.endswith("n0") for n in got.values()}) == 1  # one zone
+    arrive(s, *[member("big", i, api=GangAPI.WORKLOAD) for i in range(3)])
+    assert placed(s, "big") == {}  # no zone has three free nodes
