@@ -260,6 +260,9 @@ class Daemon:
         )
         self.ready = asyncio.Event()
         self.leading = asyncio.Event()  # the scheduling loop runs (we hold the Lease)
+        # The kernels are compiled (or the warm-up is off): from here on seeking the Lease
+        # takes seconds, not the minute a cold 2-core machine compiles for.
+        self.warmed = asyncio.Event()
         self.stopped = asyncio.Event()  # run() has finished, the Lease released
         self._stop = asyncio.Event()
         le = config.leader_election
@@ -351,12 +354,14 @@ class Daemon:
                 # list the cluster from holding it.
                 if self.options.warm_up and not await self._warm_up():
                     return
+                self.warmed.set()
                 elector_task = asyncio.create_task(self.elector.run(), name="leader election")
                 if not await self._until(self.elector.leading, {elector_task, *background}):
                     return
                 if not await self._after_takeover({elector_task, *background}):
                     return
             else:
+                self.warmed.set()
                 self.metrics.leader.set(1)
                 self.log.info("leader election disabled: scheduling without a lease")
             self.leading.set()

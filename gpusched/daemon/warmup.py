@@ -16,15 +16,34 @@ from typing import Any
 from gpusched.config import SchedulerConfig
 from gpusched.framework.registry import Registry
 from gpusched.model import keys
-from gpusched.model.pod import PodInfo, PodRequest
+from gpusched.model.pod import Gang, GangAPI, PodInfo, PodRequest
 from gpusched.sim.engine import Simulation
 from gpusched.sim.generator import Fleet, generate_fleet, generate_workload
 
 WARM_PODS = 64  # whole-card, shared and CPU-only pods: every kernel the cycles call
+WARM_GANG = 2  # members of one gang: GangScheduling's capacity kernel (gang_fit) runs
+
+
+def warm_gang(template: PodInfo) -> list[PodInfo]:
+    """One annotation gang of WARM_GANG one-card pods: its PreFilter runs gang_fit, which
+    compiled in the first gang's cycle otherwise (about 10 s of a blocked loop on a cold
+    2-core machine: long enough to lose the Lease)."""
+    gang = Gang("warm/gang", WARM_GANG, GangAPI.ANNOTATIONS)
+    return [
+        dataclasses.replace(
+            template,
+            request=PodRequest(cpu_milli=100, gpu_cards=1),
+            uid=f"warm-gang-{i}",
+            name=f"warm-gang-{i}",
+            gang=gang,
+        )
+        for i in range(WARM_GANG)
+    ]
 
 
 def warm_workload() -> tuple[Fleet, list[PodInfo]]:
-    """The throwaway fleet and the pods the warm-up schedules on it."""
+    """The throwaway fleet and the pods the warm-up schedules on it (`warm_gang`'s pods
+    arrive after these)."""
     fleet = generate_fleet(seed=1, racks=4, nodes_per_rack=2, racks_per_spine=2)
     pods = generate_workload(fleet, seed=1)[:WARM_PODS]
     # Two pods with pod anti-affinity and a preferred affinity over racks: the second meets
@@ -84,4 +103,7 @@ def warm_kernels(config: SchedulerConfig, registry: Registry) -> int:
         sim = Simulation(fleet.nodes, profile, registry, max_cards=config.max_cards_per_node)
         for pod in pods:
             placed += sim.submit(pod).node is not None
+        for pod in warm_gang(pods[0]):
+            decision = sim.arrive(pod)
+            placed += decision is not None and decision.node is not None
     return placed

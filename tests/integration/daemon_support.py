@@ -43,6 +43,9 @@ SHAPES = (
 # the client-side limiter rather than on the scheduler.
 FAST_CLIENT = {"clientConnection": {"qps": 1000, "burst": 1000}}
 # Short leader-election timings, so a Lease a killed daemon leaves behind expires quickly.
+# A cold kernel compile before the first Lease attempt (daemon/warmup.py): ~40 s measured on
+# a 2-core machine with an empty numba cache, with room for a loaded CI machine.
+WARM_UP_TIMEOUT = 240.0
 SHORT_LEASE = {"leaseDurationSeconds": 3, "renewDeadlineSeconds": 2, "retryPeriodSeconds": 0.5}
 
 
@@ -147,6 +150,9 @@ async def running_daemon(
     try:
         await _until(daemon.ready, task, stream, "synced", 60)
         if lead:
+            # The first daemon of a cold run compiles every kernel before it seeks the Lease
+            # (about a minute on a 2-core machine with an empty numba cache).
+            await _until(daemon.warmed, task, stream, "warmed up", WARM_UP_TIMEOUT)
             await _until(daemon.leading, task, stream, "leading", 30)
         yield daemon
     finally:
