@@ -145,6 +145,11 @@ class OvercommitTracker:
         if node:
             self._dirty.add(node)
 
+    @property
+    def marked(self) -> frozenset[str]:
+        """The nodes the next `evaluate` recomputes."""
+        return frozenset(self._dirty)
+
     def forget(self, node: str) -> Change | None:
         """The node is gone: a resolution if it was over-committed."""
         self._dirty.discard(node)

@@ -70,7 +70,7 @@ from gpusched.kube.writer import ClusterWriter, ObjectRef
 from gpusched.model import keys
 from gpusched.model.namespace import NamespaceInfo, namespace_from_k8s
 from gpusched.model.node import NodeModel, TopologyKeys, node_from_k8s
-from gpusched.model.pod import GangAPI, PodInfo, pod_from_k8s
+from gpusched.model.pod import GangAPI, GpuKind, PodInfo, pod_from_k8s
 from gpusched.observability.metrics import Metrics
 from gpusched.operator.board import GangBoard
 
@@ -543,10 +543,14 @@ class Daemon:
             if gone is not None:
                 self._report_overcommit(gone)
             return
-        self.overcommit.mark(node.name)
+        old = self.events.nodes.get(node.name)
+        if old is None or old.allocatable_gpus != node.allocatable_gpus:
+            # Only what the over-commit count reads: status heartbeats mark nothing.
+            self.overcommit.mark(node.name)
         try:
             self.events.node_changed(node)
         except ValueError as exc:
+            self.overcommit.mark(node.name)  # ignored now: an over-commit there resolves
             self._node_warning(node, f"node ignored: {exc}")
             return
         for warning in node.warnings:
@@ -640,12 +644,19 @@ class Daemon:
 
     def _on_pod(self, kind: EventType, pod: PodInfo) -> None:
         self.metrics.watch_events.labels("pods").inc()
+        before = self.cache.get(pod.uid)
         if kind is EventType.DELETED:
             self.writer.forget(pod.uid)
             self.events.pod_deleted(pod)
         else:
             self.events.pod_changed(pod)
-        self.overcommit.mark(pod.node_name)
+        if pod.node_name and (
+            pod.request.kind is not GpuKind.NONE
+            or (before is not None and before.pod.request.kind is not GpuKind.NONE)
+        ):
+            # A GPU pod (or one that was) on the node: the over-commit count may change;
+            # CPU pods' churn marks nothing.
+            self.overcommit.mark(pod.node_name)
         if self.gang_status is not None and pod.gang is not None:
             self.gang_status.touch(pod.gang.api, pod.gang.name)
 

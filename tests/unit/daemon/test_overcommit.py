@@ -131,7 +131,7 @@ async def test_the_leader_reports_an_overcommit_once_and_its_resolution() -> Non
 
     # Pod events that leave the excess as it is: nothing more is reported.
     d.pod_watch._line(watch_line("MODIFIED", _bound("s0", "2")))
-    d.pod_watch._line(watch_line("ADDED", _bound("cpu", gpus=0, card=0)))
+    d.pod_watch._line(watch_line("ADDED", _bound("s6")))
     d._tick()
     await d.tasks.drain(GUARD, None)
     assert len(writer.written) == 1 and len(_logged(stream, "GPU over-commit")) == 1
@@ -208,3 +208,25 @@ async def test_a_deleted_node_clears_its_overcommit() -> None:
     assert _gauge(d) == 0 and _gauge(d, "g") is None
     assert d.overcommit.over == {}
     assert len(_logged(stream, "GPU over-commit resolved")) == 1
+
+
+async def test_cpu_pods_and_node_heartbeats_mark_nothing() -> None:
+    """Only what the count reads marks a node for the next tick: CPU pods' churn and node
+    updates that keep allocatable nvidia.com/gpu do not."""
+    stream = io.StringIO()
+    d, _ = _daemon(stream)
+    d._tick()
+    cpu = _bound("cpu", gpus=1)
+    cpu["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "100m"}}
+    d.pod_watch._line(watch_line("ADDED", cpu))
+    raw = node_object(NodeSpec("g", 8, "A100M80", 8000, 16384, "r", "s"))
+    raw["metadata"]["uid"] = "node-g"
+    raw["metadata"]["labels"]["heartbeat"] = "1"
+    d.node_watch._line(watch_line("MODIFIED", raw))
+    assert d.overcommit.marked == frozenset()
+    raw["status"]["allocatable"][keys.GPU_RESOURCE] = "4"
+    d.node_watch._line(watch_line("MODIFIED", raw))
+    assert d.overcommit.marked == {"g"}
+    d._tick()
+    d.pod_watch._line(watch_line("ADDED", _bound("s0")))
+    assert d.overcommit.marked == {"g"}
