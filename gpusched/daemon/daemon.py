@@ -644,16 +644,15 @@ class Daemon:
 
     def _on_pod(self, kind: EventType, pod: PodInfo) -> None:
         self.metrics.watch_events.labels("pods").inc()
+        # Read before the update: the cache updates its entry in place.
         before = self.cache.get(pod.uid)
+        had_gpu = before is not None and before.pod.request.kind is not GpuKind.NONE
         if kind is EventType.DELETED:
             self.writer.forget(pod.uid)
             self.events.pod_deleted(pod)
         else:
             self.events.pod_changed(pod)
-        if pod.node_name and (
-            pod.request.kind is not GpuKind.NONE
-            or (before is not None and before.pod.request.kind is not GpuKind.NONE)
-        ):
+        if pod.node_name and (had_gpu or pod.request.kind is not GpuKind.NONE):
             # A GPU pod (or one that was) on the node: the over-commit count may change;
             # CPU pods' churn marks nothing.
             self.overcommit.mark(pod.node_name)

@@ -230,3 +230,16 @@ async def test_cpu_pods_and_node_heartbeats_mark_nothing() -> None:
     d._tick()
     d.pod_watch._line(watch_line("ADDED", _bound("s0")))
     assert d.overcommit.marked == {"g"}
+
+
+async def test_a_bound_pod_whose_share_annotation_goes_marks_its_node() -> None:
+    """A shared pod edited into a CPU pod (its gpu-milli annotation removed) leaves the
+    count: its node is looked at again, though the new version asks for no GPU."""
+    stream = io.StringIO()
+    d, _ = _daemon(stream)
+    d.pod_watch._line(watch_line("ADDED", _bound("s0")))
+    d._tick()
+    edited = _bound("s0", "2")
+    edited["metadata"]["annotations"] = {}
+    d.pod_watch._line(watch_line("MODIFIED", edited))
+    assert d.overcommit.marked == {"g"}
