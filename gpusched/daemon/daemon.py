@@ -13,6 +13,9 @@
     the Lease over from a holder that never released it), with its learners warm-started
     from the bound pods; every PreBind and Bind first checks the Lease is freshly renewed;
     losing it stops the daemon (exit 1)
+    device-plugin over-commit (core/overcommit.py): pod and node events mark nodes; each
+    tick recomputes the marked ones, and a node whose excess changes gets a log line, the
+    gauges, and (from the leader) a GPUOvercommitted Warning Event on the Node
     gangs (only when a profile enables GangScheduling): PodGroup watches of both APIs
     (kube/podgroups.py) feed Handle.gangs and ClusterEvents.pod_group_changed; member and
     attempt changes go to a GangBoard (daemon/gang_status.py), which the PodGroup status
@@ -27,6 +30,7 @@ cache lock.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable
@@ -41,6 +45,7 @@ from gpusched.core.cache.cache import ClusterCache
 from gpusched.core.cache.snapshot import Snapshot
 from gpusched.core.events import ClusterEvents
 from gpusched.core.handle import SchedulerHandle
+from gpusched.core.overcommit import Change, OvercommitTracker
 from gpusched.core.queue import ClusterEvent, QueuedPodInfo, SchedulingQueue
 from gpusched.core.queue.hints import VOLUME_PLUGINS
 from gpusched.core.runtime.framework import Framework, pre_enqueue_of
@@ -62,9 +67,10 @@ from gpusched.kube.podgroups import KubePodGroups
 from gpusched.kube.volumes import CLAIMS, CLASSES, CSI_NODES, VOLUMES, KubeVolumes
 from gpusched.kube.watch import Backoff, EventType, Reflector
 from gpusched.kube.writer import ClusterWriter, ObjectRef
+from gpusched.model import keys
 from gpusched.model.namespace import NamespaceInfo, namespace_from_k8s
 from gpusched.model.node import NodeModel, TopologyKeys, node_from_k8s
-from gpusched.model.pod import GangAPI, PodInfo, pod_from_k8s
+from gpusched.model.pod import GangAPI, GpuKind, PodInfo, pod_from_k8s
 from gpusched.observability.metrics import Metrics
 from gpusched.operator.board import GangBoard
 
@@ -232,6 +238,10 @@ class Daemon:
         # (pod uid, message) -> the pod while its Warning Event is unwritten (a standby's),
         # None once written.
         self._pod_warned: OrderedDict[tuple[str, str], PodInfo | None] = OrderedDict()
+        # Nodes whose device-plugin GPUs gpusched's shared pods over-commit, and those whose
+        # Warning Event a standby has not written (the leader writes it once it leads).
+        self.overcommit = OvercommitTracker(lambda pod: pod.scheduler_name in self.frameworks)
+        self._overcommit_unwritten: set[str] = set()
         self.tasks = Tasks(logger)
         self.events = ClusterEvents(
             self.cache,
@@ -370,6 +380,11 @@ class Daemon:
             for name, warning in self._unwritten:
                 self._write_node_warning(name, warning)
             self._unwritten.clear()
+            for name in sorted(self._overcommit_unwritten):
+                use = self.overcommit.over.get(name)
+                if use is not None:
+                    self._write_overcommit(name, "Warning", OVERCOMMITTED, use.describe())
+            self._overcommit_unwritten.clear()
             for gated in list(self.queue.gated.values()):
                 fw = self.frameworks.get(gated.pod.scheduler_name)
                 if fw is not None:
@@ -529,10 +544,18 @@ class Daemon:
         self.metrics.watch_events.labels("nodes").inc()
         if kind is EventType.DELETED:
             self.events.node_deleted(node.name)
+            gone = self.overcommit.forget(node.name)
+            if gone is not None:
+                self._report_overcommit(gone)
             return
+        old = self.events.nodes.get(node.name)
+        if old is None or old.allocatable_gpus != node.allocatable_gpus:
+            # Only what the over-commit count reads: status heartbeats mark nothing.
+            self.overcommit.mark(node.name)
         try:
             self.events.node_changed(node)
         except ValueError as exc:
+            self.overcommit.mark(node.name)  # ignored now: an over-commit there resolves
             self._node_warning(node, f"node ignored: {exc}")
             return
         for warning in node.warnings:
@@ -626,11 +649,18 @@ class Daemon:
 
     def _on_pod(self, kind: EventType, pod: PodInfo) -> None:
         self.metrics.watch_events.labels("pods").inc()
+        # Read before the update: the cache updates its entry in place.
+        before = self.cache.get(pod.uid)
+        had_gpu = before is not None and before.pod.request.kind is not GpuKind.NONE
         if kind is EventType.DELETED:
             self.writer.forget(pod.uid)
             self.events.pod_deleted(pod)
         else:
             self.events.pod_changed(pod)
+        if pod.node_name and (had_gpu or pod.request.kind is not GpuKind.NONE):
+            # A GPU pod (or one that was) on the node: the over-commit count may change;
+            # CPU pods' churn marks nothing.
+            self.overcommit.mark(pod.node_name)
         if self.gang_status is not None and pod.gang is not None:
             self.gang_status.touch(pod.gang.api, pod.gang.name)
 
@@ -683,12 +713,70 @@ class Daemon:
         self.queue.flush()
         for name, count in self.queue.pending().items():
             self.metrics.pending.labels(name).set(count)
+        self._check_overcommit()
+
+    # -- device-plugin over-commit -----------------------------------------------------------
+
+    def _check_overcommit(self) -> None:
+        """Recompute the nodes marked since the last tick: a burst of pod events on a node
+        is one look, and only a change of its excess is reported."""
+        nodes = self.events.nodes
+        for change in self.overcommit.evaluate(
+            self.cache, lambda name: n.allocatable_gpus if (n := nodes.get(name)) else -1
+        ):
+            self._report_overcommit(change)
+
+    def _report_overcommit(self, change: Change) -> None:
+        name = change.node
+        self.metrics.overcommitted_nodes.set(len(self.overcommit.over))
+        if change.resolved:
+            # Set when the node became over-committed; a node's series must not outlive it.
+            with contextlib.suppress(KeyError):
+                self.metrics.overcommitted_cards.remove(name)
+            message = (
+                change.now.describe_resolved()
+                if change.now is not None
+                else "GPU over-commit resolved: the node is gone or no longer advertises"
+                f" {keys.GPU_RESOURCE}"
+            )
+            self.log.info("GPU over-commit resolved", node=name, message=message)
+            if name in self._overcommit_unwritten:
+                self._overcommit_unwritten.discard(name)  # its Warning was never written
+            elif self.leading.is_set() and change.now is not None:
+                self._write_overcommit(name, "Normal", OVERCOMMIT_RESOLVED, message)
+            return
+        use = change.now
+        assert use is not None  # not resolved
+        self.metrics.overcommitted_cards.labels(name).set(use.excess)
+        message = use.describe()
+        self.log.warning(
+            "GPU over-commit",
+            node=name,
+            cards=use.cards,
+            in_use=use.used,
+            excess=use.excess,
+            other_schedulers=[p.key for p in use.their_pods],
+            message=message,
+        )
+        if self.leading.is_set():
+            self._write_overcommit(name, "Warning", OVERCOMMITTED, message)
+        else:
+            self._overcommit_unwritten.add(name)
+
+    def _write_overcommit(self, name: str, type_: str, reason: str, message: str) -> None:
+        self.tasks.spawn(
+            self.writer.event(ObjectRef.node(name), type_, reason, message, action="CheckGPUUse"),
+            f"event node {name}",
+        )
 
 
 # kube's PodScheduled condition for a gated pod (pkg/registry/core/pod/strategy.go).
 SCHEDULING_GATED = "SchedulingGated"
 SCHEDULING_GATED_MESSAGE = "Scheduling is blocked due to non-empty scheduling gates"
 NOT_READY_FOR_SCHEDULING = "NotReadyForScheduling"
+# The device-plugin over-commit Events on a Node (core/overcommit.py).
+OVERCOMMITTED = "GPUOvercommitted"
+OVERCOMMIT_RESOLVED = "GPUOvercommitResolved"
 
 
 _STORAGE_EVENTS = {

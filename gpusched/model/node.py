@@ -59,6 +59,10 @@ class NodeModel:
     # Problems found while parsing, e.g. a malformed inventory annotation; the node is still
     # used (with the fallback) and the daemon reports each warning once as an Event.
     warnings: tuple[str, ...] = ()
+    # status.allocatable["nvidia.com/gpu"], what the device plugin advertises and
+    # kube-scheduler counts against; -1 when the node does not advertise it (no device
+    # plugin). The daemon's over-commit detector (core/overcommit.py) reads it.
+    allocatable_gpus: int = -1
 
     @property
     def gpu_count(self) -> int:
@@ -325,4 +329,5 @@ def node_from_k8s(obj: object, topo: TopologyKeys | None = None) -> NodeModel:
         gpu_source=source,
         other=other,
         warnings=tuple(warnings),
+        allocatable_gpus=gpus,
     )

@@ -67,6 +67,23 @@ class Metrics:
             registry=r,
         )
 
+        # The device-plugin over-commit detector (core/overcommit.py): nodes where other
+        # schedulers' nvidia.com/gpu plus gpusched's cards exceed the allocatable count.
+        self.overcommitted_nodes = Gauge(
+            "gpusched_gpu_overcommitted_nodes",
+            "Nodes whose nvidia.com/gpu requests by other schedulers' pods plus the cards"
+            " gpusched's pods hold (whole, and shared by annotation) exceed the node's"
+            " allocatable nvidia.com/gpu.",
+            registry=r,
+        )
+        self.overcommitted_cards = Gauge(
+            "gpusched_gpu_overcommitted_cards",
+            "Cards in use beyond the node's allocatable nvidia.com/gpu, by node; a node's"
+            " series exists only while it is over-committed.",
+            ["node"],
+            registry=r,
+        )
+
     def render(self) -> bytes:
         return generate_latest(self.registry)
 

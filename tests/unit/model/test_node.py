@@ -104,6 +104,16 @@ def test_cpu_node_and_custom_topology_keys() -> None:
     assert m.gpu_count == 0 and m.gpu_source == "none" and m.rack == "r9"
 
 
+def test_allocatable_gpus_is_what_the_device_plugin_advertises() -> None:
+    """The over-commit detector's card count: allocatable nvidia.com/gpu as advertised,
+    whatever the inventory says; -1 without it (GFD labels alone are no device plugin)."""
+    assert node_from_k8s(node({keys.GPU_INVENTORY: inventory(4)}, gpus="3")).allocatable_gpus == 3
+    assert node_from_k8s(node(gpus="8")).allocatable_gpus == 8
+    gfd_only = node_from_k8s(node(labels={keys.GFD_COUNT: "4"}, gpus=None))
+    assert gfd_only.gpu_count == 4 and gfd_only.allocatable_gpus == -1
+    assert node_from_k8s(node(gpus="lots")).allocatable_gpus == -1
+
+
 def test_taints_and_unschedulable() -> None:
     m = node_from_k8s(
         node(taints=[{"key": "k", "value": "v", "effect": "NoSchedule"}], unschedulable=True)
