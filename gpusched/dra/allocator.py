@@ -358,9 +358,13 @@ class SliceIndex:
             self._gen_count[key] = self._gen_count.get(key, 0) + 1
             self._by_pool_gen.setdefault(key, []).append(s)
         self._selectors: dict[int, tuple[NodeSelectorTerm, ...] | str] = {}
-        self._nodes: dict[tuple[str, frozenset[tuple[str, str]]], NodePools] = {}
+        # Per node name: its labels when gathered and the pools; one entry per node, so label
+        # churn (GFD rewrites a timestamp label every minute) does not grow it.
+        self._nodes: dict[str, tuple[Mapping[str, str], NodePools]] = {}
         # (class name, class selectors, request selectors, id(device)) -> (device, result)
         self.match_cache: dict[tuple[object, ...], tuple[Device, bool]] = {}
+        # (capacity requests, id(device)) -> (device, what one allocation consumes)
+        self.plan_cache: dict[tuple[object, ...], tuple[Device, ConsumptionPlan]] = {}
 
     def _selector(self, raw: Mapping[str, object]) -> tuple[NodeSelectorTerm, ...]:
         got = self._selectors.get(id(raw))
@@ -379,15 +383,24 @@ class SliceIndex:
     ) -> bool:
         return _node_matches(node, name, all_nodes, None if raw is None else self._selector(raw))
 
+    def _device_matches(self, node: Node, s: ResourceSlice, d: Device) -> bool:
+        try:
+            return self._matches(node, d.node_name, d.all_nodes, d.node_selector)
+        except _NodeSelectorError as e:
+            raise _NodeSelectorError(
+                f"failed to perform node selection for device {d.name} in slice {s.name}:"
+                f" failed to parse node selector: {e}"
+            ) from None
+
     def pools_for(self, node: Node) -> NodePools:
-        key = (node.name, frozenset(node.labels.items()))
-        got = self._nodes.get(key)
-        if got is None:
-            try:
-                got = self._gather(node)
-            except _NodeSelectorError as e:
-                got = NodePools([], [], str(e))
-            self._nodes[key] = got
+        have = self._nodes.get(node.name)
+        if have is not None and (have[0] is node.labels or have[0] == node.labels):
+            return have[1]
+        try:
+            got = self._gather(node)
+        except _NodeSelectorError as e:
+            got = NodePools([], [], str(e))
+        self._nodes[node.name] = (dict(node.labels), got)
         return got
 
     def _gather(self, node: Node) -> NodePools:
@@ -405,17 +418,7 @@ class SliceIndex:
                         f" parse node selector: {e}"
                     ) from None
             elif s.per_device_node_selection:
-                for d in s.devices:
-                    try:
-                        ok = self._matches(node, d.node_name, d.all_nodes, d.node_selector)
-                    except _NodeSelectorError as e:
-                        raise _NodeSelectorError(
-                            f"failed to perform node selection for device {d.name} in slice"
-                            f" {s.name}: failed to parse node selector: {e}"
-                        ) from None
-                    if ok:
-                        is_device_slice = True
-                        break
+                is_device_slice = any(self._device_matches(node, s, d) for d in s.devices)
             # Slices with shared counters are needed by every node that uses the pool.
             if not is_device_slice and not s.shared_counters:
                 continue
@@ -492,9 +495,7 @@ class SliceIndex:
                             return
                 # perDeviceNodeSelection: a device not reachable from the node is never
                 # selectable (isSelectable), so it is not a candidate here.
-                if s.per_device_node_selection and not self._matches(
-                    node, d.node_name, d.all_nodes, d.node_selector
-                ):
+                if s.per_device_node_selection and not self._device_matches(node, s, d):
                     continue
                 c = Candidate(pool, s, d, 0)
                 pool.candidates.append(c)
@@ -598,24 +599,46 @@ def _resolve_requests(
     return out
 
 
-def _capacity_fits(
-    requests: Mapping[str, Decimal],
-    driver: str,
-    device: Device,
-    current: Mapping[str, Decimal],
-    allocating: Mapping[str, Decimal],
+# Per capacity of a device: (name, what one allocation consumes, the capacity's value,
+# whether that consumption violates the request policy). None: a requested capacity the
+# device does not have.
+ConsumptionPlan = tuple[tuple[str, Decimal, Decimal, bool], ...] | None
+
+
+def consumption_plan(
+    requests: Mapping[str, Decimal], driver: str, device: Device
+) -> ConsumptionPlan:
+    """What one allocation of `device` for a request with these capacity requests takes:
+    fixed by the request and the device, so it is computed once (the allocation state only
+    adds up)."""
+    resolved = _resolve_requests(requests, driver, device.capacity) if requests else {}
+    if resolved is None:
+        return None
+    plan = []
+    for name, cap in device.capacity.items():
+        consumed = _consumed(resolved.get(name), cap)
+        plan.append((name, consumed, cap.value, _violates(consumed, cap.policy)))
+    return tuple(plan)
+
+
+def plan_fits(
+    plan: ConsumptionPlan,
+    current: Mapping[str, Decimal] | None,
+    allocating: Mapping[str, Decimal] | None,
 ) -> bool:
     """CmpRequestOverCapacity: every capacity of the device, requested or not, must stay
     within its value given what is consumed already and what this run is taking."""
-    resolved = _resolve_requests(requests, driver, device.capacity) if requests else {}
-    if resolved is None:
+    if plan is None:
         return False
-    for name, cap in device.capacity.items():
-        consumed = _consumed(resolved.get(name), cap)
-        if _violates(consumed, cap.policy):
+    for name, consumed, value, violated in plan:
+        if violated:
             return False
-        total = consumed + current.get(name, Decimal(0)) + allocating.get(name, Decimal(0))
-        if total > cap.value:
+        total = consumed
+        if current:
+            total += current.get(name, Decimal(0))
+        if allocating:
+            total += allocating.get(name, Decimal(0))
+        if total > value:
             return False
     return True
 
@@ -719,6 +742,7 @@ class _Req:
         "base",
         "cache",
         "capacity",
+        "capacity_key",
         "cls",
         "cls_compiled",
         "full",
@@ -742,6 +766,7 @@ class _Req:
         self.admin = sub.admin_access and not request.first_available
         self.tolerations = sub.tolerations
         self.capacity = sub.capacity_requests
+        self.capacity_key = tuple(sorted(self.capacity.items()))
         self.num_devices = sub.count
         self.all_devices: list[Candidate] | None = None
         self.key: tuple[object, ...] = (cls.name, cls.selectors, sub.selectors)
@@ -783,7 +808,9 @@ class Allocator:
         self.timeout = timeout
         self.max_steps = max_steps
         self.new_share_id = new_share_id
-        self._compiled: dict[str, Any] = {}
+        self._compiled: dict[str, tuple[Any, str | None]] = {}
+        # id(claim) -> (claim, its requests or why it cannot be allocated)
+        self._prepared: dict[int, tuple[ResourceClaim, list[list[_Req]] | str]] = {}
         self.steps = 0  # search steps of the last allocate (kube's numAllocateOneInvocations)
 
     def allocate(
@@ -826,11 +853,85 @@ class Allocator:
     def compile(self, expr: str, where: str, i: int) -> Any:
         got = self._compiled.get(expr)
         if got is None:
-            got = self.selectors.compile(expr)
+            compiled = self.selectors.compile(expr)
+            # Checked once per expression: a runtime_checkable isinstance is slow.
+            failed = isinstance(compiled, SelectorFailure)
+            got = (compiled, compiled.message if failed else None)
             self._compiled[expr] = got
-        if isinstance(got, SelectorFailure):
-            raise _FatalError(f"{where}: selector #{i}: CEL compile error: {got.message}")
-        return got
+        if got[1] is not None:
+            raise _FatalError(f"{where}: selector #{i}: CEL compile error: {got[1]}")
+        return got[0]
+
+    def prepare(self, claim: ResourceClaim) -> list[list[_Req]]:
+        """The claim's requests validated against the classes (kube's checks that do not
+        depend on the node), kept for this claim object: allocate runs once per node."""
+        got = self._prepared.get(id(claim))
+        if got is None or got[0] is not claim:
+            try:
+                got = (claim, self._validate_claim(claim))
+            except _FatalError as e:
+                got = (claim, str(e))
+            self._prepared[id(claim)] = got
+        if isinstance(got[1], str):
+            raise _FatalError(got[1])
+        return got[1]
+
+    def _validate_claim(self, claim: ResourceClaim) -> list[list[_Req]]:
+        ref = _claim_ref(claim)
+        if claim.errors:
+            raise _FatalError(f"claim {ref}: {'; '.join(claim.errors)}")
+        out: list[list[_Req]] = []
+        for request in claim.requests:
+            if not request.alternatives:
+                raise _FatalError(
+                    f"claim {ref}, request {request.name}: missing device class name"
+                    " (unsupported request type?)"
+                )
+            out.append(
+                [self._validate_request(claim, request, sub) for sub in request.alternatives]
+            )
+        for i, c in enumerate(claim.constraints):
+            if not c.match_attribute and not c.distinct_attribute:
+                raise _FatalError(
+                    f"claim {ref}, constraint #{i}: empty constraint (unsupported constraint type?)"
+                )
+        return out
+
+    def _validate_request(
+        self, claim: ResourceClaim, request: DeviceRequest, sub: DeviceSubRequest
+    ) -> _Req:
+        ref = _claim_ref(claim)
+        name = sub.name if request.first_available else request.name
+        for i, expr in enumerate(sub.selectors):
+            if not expr:
+                raise _FatalError(
+                    f"claim {ref}, request {name}, selector #{i}: CEL expression empty"
+                    " (unsupported selector type?)"
+                )
+        if not sub.device_class:
+            raise _FatalError(
+                f"claim {ref}, request {name}: missing device class name (unsupported request"
+                " type?)"
+            )
+        cls = self.classes.get(sub.device_class)
+        if cls is None:
+            raise _FatalError(
+                f"claim {ref}, request {name}: could not retrieve device class"
+                f' {sub.device_class}: deviceclass.resource.k8s.io "{sub.device_class}"'
+                " not found"
+            )
+        if cls.errors:
+            raise _FatalError(f"class {cls.name}: {'; '.join(cls.errors)}")
+        rd = _Req(request, sub, cls)
+        rd.cls_compiled = [
+            self.compile(e, f"class {cls.name}", i) for i, e in enumerate(cls.selectors)
+        ]
+        rd.sel_compiled = [self.compile(e, f"claim {ref}", i) for i, e in enumerate(sub.selectors)]
+        if sub.mode not in (AllocationMode.EXACT_COUNT, AllocationMode.ALL):
+            raise _FatalError(
+                f"claim {ref}, request {name}: unsupported count mode {sub.mode.value}"
+            )
+        return rd
 
 
 class _Run:
@@ -861,152 +962,111 @@ class _Run:
         self.selected: dict[tuple[int, int], int] = {}
         self.reqs: list[list[list[_Req]]] = []
         self.constraints: list[list[_Constraint]] = []
-        for ci, claim in enumerate(claims):
-            self.reqs.append(self._validate_claim(ci, claim, node_pools))
+        for claim in claims:
+            prepared = owner.prepare(claim)
+            self.constraints.append([_Constraint(c) for c in claim.constraints])
+            self.reqs.append(prepared)
+            min_devices = 0
+            for alts in prepared:
+                for rd in alts:
+                    rd.cache = {}
+                    if rd.sub.mode is AllocationMode.ALL:
+                        self._all_devices(claim, rd, node_pools)
+                min_devices += min(rd.num_devices for rd in alts)
+            if min_devices > ALLOCATION_RESULTS_MAX_SIZE:
+                raise _FatalError(
+                    f"claim {_claim_ref(claim)}: number of requested devices {min_devices}"
+                    f" exceeds the claim limit of {ALLOCATION_RESULTS_MAX_SIZE}"
+                )
 
-    # -- validation (kube: the loop before allocateOne and validateDeviceRequest) --------
-
-    def _validate_claim(
-        self, ci: int, claim: ResourceClaim, node_pools: NodePools
-    ) -> list[list[_Req]]:
+    def _all_devices(self, claim: ResourceClaim, rd: _Req, node_pools: NodePools) -> None:
+        """validateDeviceRequest for allocationMode All: every selectable device of the
+        node's pools, and none of them may be incomplete or invalid."""
         ref = _claim_ref(claim)
-        if claim.errors:
-            raise _FatalError(f"claim {ref}: {'; '.join(claim.errors)}")
-        out: list[list[_Req]] = []
-        min_devices = 0
-        for request in claim.requests:
-            alts = [
-                self._validate_request(claim, request, sub, node_pools)
-                for sub in request.alternatives
-            ]
-            if not alts:
+        devices: list[Candidate] = []
+        for pool in node_pools.pools:
+            if pool.incomplete:
                 raise _FatalError(
-                    f"claim {ref}, request {request.name}: missing device class name"
-                    " (unsupported request type?)"
+                    f"claim {ref}, request {rd.name}: asks for all devices, but resource pool"
+                    f" {pool.name} is currently being updated"
                 )
-            min_devices += min(r.num_devices for r in alts)
-            out.append(alts)
-        if min_devices > ALLOCATION_RESULTS_MAX_SIZE:
-            raise _FatalError(
-                f"claim {ref}: number of requested devices {min_devices} exceeds the claim"
-                f" limit of {ALLOCATION_RESULTS_MAX_SIZE}"
-            )
-        constraints: list[_Constraint] = []
-        for i, c in enumerate(claim.constraints):
-            if not c.match_attribute and not c.distinct_attribute:
+            if pool.invalid:
                 raise _FatalError(
-                    f"claim {ref}, constraint #{i}: empty constraint (unsupported constraint type?)"
+                    f"claim {ref}, request {rd.name}: asks for all devices, but resource pool"
+                    f" {pool.name} is currently invalid"
                 )
-            constraints.append(_Constraint(c))
-        self.constraints.append(constraints)
-        return out
-
-    def _validate_request(
-        self,
-        claim: ResourceClaim,
-        request: DeviceRequest,
-        sub: DeviceSubRequest,
-        node_pools: NodePools,
-    ) -> _Req:
-        ref = _claim_ref(claim)
-        name = sub.name if request.first_available else request.name
-        for i, expr in enumerate(sub.selectors):
-            if not expr:
-                raise _FatalError(
-                    f"claim {ref}, request {name}, selector #{i}: CEL expression empty"
-                    " (unsupported selector type?)"
-                )
-        if not sub.device_class:
-            raise _FatalError(
-                f"claim {ref}, request {name}: missing device class name (unsupported request"
-                " type?)"
+            # A multi-allocation device must also have the capacity left (kube checks every
+            # device here, before anything is being allocated).
+            devices.extend(
+                c
+                for c in pool.candidates
+                if self._selectable(rd, c, claim) and (not c.multi or self._capacity_fits(rd, c))
             )
-        cls = self.owner.classes.get(sub.device_class)
-        if cls is None:
-            raise _FatalError(
-                f"claim {ref}, request {name}: could not retrieve device class"
-                f' {sub.device_class}: deviceclass.resource.k8s.io "{sub.device_class}"'
-                " not found"
-            )
-        if cls.errors:
-            raise _FatalError(f"class {cls.name}: {'; '.join(cls.errors)}")
-        rd = _Req(request, sub, cls)
-        rd.cls_compiled = [
-            self.owner.compile(e, f"class {cls.name}", i) for i, e in enumerate(cls.selectors)
-        ]
-        rd.sel_compiled = [
-            self.owner.compile(e, f"claim {ref}", i) for i, e in enumerate(sub.selectors)
-        ]
-        if sub.mode is AllocationMode.ALL:
-            devices: list[Candidate] = []
-            for pool in node_pools.pools:
-                if pool.incomplete:
-                    raise _FatalError(
-                        f"claim {ref}, request {name}: asks for all devices, but resource pool"
-                        f" {pool.name} is currently being updated"
-                    )
-                if pool.invalid:
-                    raise _FatalError(
-                        f"claim {ref}, request {name}: asks for all devices, but resource pool"
-                        f" {pool.name} is currently invalid"
-                    )
-                devices.extend(c for c in pool.candidates if self._selectable(rd, c, claim))
-            rd.all_devices = devices
-            rd.num_devices = len(devices)
-        elif sub.mode is not AllocationMode.EXACT_COUNT:
-            raise _FatalError(
-                f"claim {ref}, request {name}: unsupported count mode {sub.mode.value}"
-            )
-        return rd
+        rd.all_devices = devices
+        rd.num_devices = len(devices)
 
     # -- per-device checks -----------------------------------------------------------------
 
     def _selectable(self, rd: _Req, c: Candidate, claim: ResourceClaim) -> bool:
         """isSelectable plus the capacity check where it cannot change during the search
-        (a single-allocation device, whose capacity only this request takes)."""
+        (a single-allocation device: only this request takes of its capacity)."""
         got = rd.cache.get(c.order)
         if got is not None:
             return got
-        got = self._matches(rd, c, claim)
-        if got and not c.multi:
+        index = self.owner.index
+        # The selectors' verdict, and for a single-allocation device nobody holds capacity
+        # of, the capacity check too, depend only on the device and the request: cached for
+        # as long as the slices are (across nodes and pods).
+        static_capacity = not c.multi and c.id not in self.in_use.consumed_capacity
+        key = (*rd.key, rd.capacity_key if static_capacity else None, id(c.device))
+        hit = index.match_cache.get(key)
+        if hit is not None and hit[0] is c.device:
+            got = hit[1]
+        else:
+            got = self._eval(rd.cls_compiled, c, f"class {rd.cls.name}") and self._eval(
+                rd.sel_compiled, c, f"claim {_claim_ref(claim)}"
+            )
+            if got and static_capacity:
+                got = self._capacity_fits(rd, c)
+            index.remember(key, c.device, got)
+        if got and not c.multi and not static_capacity:
             got = self._capacity_fits(rd, c)
         rd.cache[c.order] = got
         return got
-
-    def _matches(self, rd: _Req, c: Candidate, claim: ResourceClaim) -> bool:
-        index = self.owner.index
-        key = (*rd.key, id(c.device))
-        hit = index.match_cache.get(key)
-        if hit is not None and hit[0] is c.device:
-            return hit[1]
-        ok = self._eval(rd.cls_compiled, c, f"class {rd.cls.name}") and self._eval(
-            rd.sel_compiled, c, f"claim {_claim_ref(claim)}"
-        )
-        index.remember(key, c.device, ok)
-        return ok
 
     def _eval(self, compiled: list[Any], c: Candidate, where: str) -> bool:
         driver = c.id[0]
         for i, expr in enumerate(compiled):
             got = self.owner.selectors.matches(expr, driver, c.device)
-            if isinstance(got, SelectorFailure):
+            if got is True:
+                continue
+            if got is not False and isinstance(got, SelectorFailure):
                 raise _FatalError(
                     f"{where}: selector #{i} on device {'/'.join(c.id)}: CEL runtime error:"
                     f" {got.message}"
                 )
-            if got is not True:
-                return False
+            return False
         return True
+
+    def _plan(self, rd: _Req, c: Candidate) -> ConsumptionPlan:
+        index = self.owner.index
+        key = (rd.capacity_key, id(c.device))
+        hit = index.plan_cache.get(key)
+        if hit is not None and hit[0] is c.device:
+            return hit[1]
+        plan = consumption_plan(rd.capacity, c.id[0], c.device)
+        if len(index.plan_cache) >= index.MATCH_CACHE_LIMIT:
+            index.plan_cache.clear()
+        index.plan_cache[key] = (c.device, plan)
+        return plan
 
     def _capacity_fits(self, rd: _Req, c: Candidate) -> bool:
         if not c.device.capacity and not rd.capacity:
             return True
-        return _capacity_fits(
-            rd.capacity,
-            c.id[0],
-            c.device,
-            self.in_use.consumed_capacity.get(c.id, {}),
-            self.allocating_capacity.get(c.id, {}),
+        return plan_fits(
+            self._plan(rd, c),
+            self.in_use.consumed_capacity.get(c.id),
+            self.allocating_capacity.get(c.id),
         )
 
     def _device_in_use(self, dev: DeviceId) -> bool:
@@ -1081,7 +1141,7 @@ class _Run:
                 if took_counters:
                     self._release_counters(c)
                 return None
-            consumed = consumed_capacity(rd.capacity, dev[0], c.device)
+            consumed = {name: q for name, q, _, _ in self._plan(rd, c) or ()}
             per = self.allocating_capacity.setdefault(dev, {})
             for name, q in consumed.items():
                 per[name] = per.get(name, Decimal(0)) + q

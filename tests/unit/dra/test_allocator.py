@@ -1483,3 +1483,46 @@ def test_selector_results_are_cached_across_nodes() -> None:
     assert not isinstance(allocator.allocate(node(NODE2), claims), AllocationFailure)
     assert first == 8
     assert selectors.evaluations == first
+
+
+def test_all_devices_leaves_out_a_shared_device_without_capacity() -> None:
+    s = rslice(
+        "slice-1",
+        NODE1,
+        "pool-1",
+        DRIVER_A,
+        dev("device-1"),
+        dev("gpu-0", allow_multiple_allocations=True, caps={"memory": Capacity(4 * GI)}),
+    )
+    got = devices_of(
+        allocate(
+            [claim("claim-0", req("req-0", CLASS_A, 0, mode=AllocationMode.ALL))],
+            CLASSES,
+            [s],
+            in_use=InUse(
+                consumed_capacity={(DRIVER_A, "pool-1", "gpu-0"): {f"{DRIVER_A}/memory": GI}}
+            ),
+        )
+    )
+    # A share of gpu-0 would take its whole 4Gi (no request, no policy): 1Gi is used.
+    assert [r.device for r in got[0]] == ["device-1"]
+
+
+def test_node_label_churn_keeps_one_entry_per_node() -> None:
+    index = SliceIndex([one_device("slice-1", NODE1, "pool-1", DRIVER_A)])
+    allocator = Allocator({c.name: c for c in CLASSES}, index, InUse(), FakeSelectors())
+    claims = [claim("claim-0", req("req-0", CLASS_A))]
+    for i in range(50):
+        got = allocator.allocate(Node(NODE1, {"gfd.timestamp": str(i)}), claims)
+        assert not isinstance(got, AllocationFailure)
+    assert len(index._nodes) == 1
+
+
+def test_claim_errors_are_remembered_per_claim() -> None:
+    selectors = FakeSelectors()
+    allocator = Allocator({}, SliceIndex([]), InUse(), selectors)
+    bad = [claim("claim-0", req("req-0", CLASS_A))]
+    first = allocator.allocate(node(NODE1), bad)
+    second = allocator.allocate(node(NODE2), bad)
+    assert first == second
+    assert failure(first).kind is FailureKind.ERROR
