@@ -788,7 +788,10 @@ class Allocator:
     `classes` by name; `in_use` what allocated claims (of any scheduler, and in-flight ones)
     hold; `selectors` the CEL evaluator; `timeout` (seconds of search per node, kube's
     filter timeout) and `max_steps` (search steps per node) bound the work;
-    `new_share_id` makes the shareID of a multi-allocation result (kube: a random UUID)."""
+    `new_share_id` makes the shareID of a multi-allocation result (kube: a random UUID).
+
+    Not thread-safe (kube's is): the claims' validated requests are kept between calls and
+    reused by each node's search, so call `allocate` from one thread at a time."""
 
     def __init__(
         self,
