@@ -420,9 +420,7 @@ def _resource_claims(spec: Mapping[str, Any]) -> tuple[str, ...]:
     return tuple(str(c.get("name", "")) for c in _dicts(spec.get("resourceClaims")))
 
 
-def pod_claims(
-    spec: Mapping[str, Any], status: Mapping[str, Any], errors: list[str]
-) -> tuple[PodClaim, ...]:
+def pod_claims(spec: Mapping[str, Any], status: Mapping[str, Any]) -> tuple[PodClaim, ...]:
     """spec.resourceClaims resolved as resourceclaim.Name does: a resourceClaimName names
     the claim; a resourceClaimTemplateName's claim is the one status.resourceClaimStatuses
     names for the entry ("" while the controller has not made it; an entry whose name is
@@ -433,7 +431,7 @@ def pod_claims(
         name = entry.get("resourceClaimName")
         made[str(entry.get("name", ""))] = name if isinstance(name, str) and name else None
     out: list[PodClaim] = []
-    for i, c in enumerate(_dicts(spec.get("resourceClaims"))):
+    for c in _dicts(spec.get("resourceClaims")):
         name = str(c.get("name", ""))
         claim, template = c.get("resourceClaimName"), c.get("resourceClaimTemplateName")
         if isinstance(claim, str) and claim and template is None:
@@ -447,10 +445,9 @@ def pod_claims(
                     PodClaim(name, claim=resolved or "", template=template, not_needed=not resolved)
                 )
         else:
-            errors.append(
-                f"spec.resourceClaims[{i}] ({name}) must set exactly one of resourceClaimName"
-                " and resourceClaimTemplateName"
-            )
+            # Neither (or both): an API this parser does not know (resourceclaim.Name's
+            # ErrAPIUnsupported); kept with no claim and no template for the plugin to refuse.
+            out.append(PodClaim(name))
     return tuple(out)
 
 
@@ -574,7 +571,7 @@ def pod_from_k8s(obj: Mapping[str, Any]) -> PodInfo:
             )
 
     gang = _gang(spec, labels, ann, namespace, errors)
-    claims = pod_claims(spec, status, errors)
+    claims = pod_claims(spec, status)
 
     preemptible = True
     raw_pre = ann.get(keys.PREEMPTIBLE)
