@@ -56,6 +56,29 @@ from gpusched.model.pod import PodInfo
 # client-go's retry.DefaultRetry: five tries.
 RETRIES = 5
 PoolKey = tuple[str, str]  # (driver, pool)
+# The kinds a DraChange reports (the API's resource names).
+CLAIMS = "resourceclaims"
+SLICES = "resourceslices"
+CLASSES = "deviceclasses"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class DraChange:
+    """A DRA object added or updated (or an allocated claim deleted), as the watches report
+    it for requeueing (kube-scheduler's ResourceClaim, ResourceSlice and DeviceClass
+    Add/Update events and isSchedulableAfterClaimChange's inputs)."""
+
+    kind: str  # "resourceclaims" | "resourceslices" | "deviceclasses"
+    namespace: str  # a claim's; "" for the cluster-scoped kinds
+    name: str
+    node: str = ""  # a slice's spec.nodeName
+    created: bool = False  # a claim seen for the first time
+    # A claim's status.allocation went away (or the allocated claim was deleted): its
+    # devices are free for anyone.
+    deallocated: bool = False
+    deleted: bool = False
+    # A claim's allocation or reservedFor changed (what the pods using it wait for).
+    status_changed: bool = False
 
 
 class DraWriteError(ClusterWriteError):
