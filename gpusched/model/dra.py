@@ -214,6 +214,22 @@ class AllocationResult:
 
 
 @dataclass(frozen=True, slots=True)
+class DeviceStatus:
+    """One status.devices[] entry, written by the driver: the conditions PreBind waits for
+    when a result carries bindingConditions (DRADeviceBindingConditions, beta in 1.36)."""
+
+    driver: str
+    pool: str
+    device: str
+    share_id: str = ""
+    conditions: Mapping[str, str] = field(default_factory=dict)  # type -> "True" | "False" | ...
+
+    @property
+    def device_id(self) -> tuple[str, str, str]:
+        return (self.driver, self.pool, self.device)
+
+
+@dataclass(frozen=True, slots=True)
 class ConsumerRef:
     """status.reservedFor[]: who uses the claim (a pod, for the scheduler)."""
 
@@ -244,6 +260,8 @@ class ResourceClaim:
     # metadata.annotations[ANN_POD_CLAIM_NAME]: the pod's name for a claim made from a
     # template (spec.resourceClaims[].name).
     pod_claim_name: str = ""
+    # status.devices: what the drivers report per allocated device.
+    device_statuses: tuple[DeviceStatus, ...] = ()
 
     @property
     def key(self) -> str:
@@ -865,6 +883,27 @@ def _consumers(value: Any, errors: list[str]) -> tuple[ConsumerRef, ...]:
     return tuple(out)
 
 
+def _device_statuses(value: Any, errors: list[str]) -> tuple[DeviceStatus, ...]:
+    out: list[DeviceStatus] = []
+    for i, raw in enumerate(_items(value, "status.devices", errors)):
+        where = f"status.devices[{i}]"
+        conditions = {
+            _str(c.get("type")): _str(c.get("status"))
+            for c in _items(raw.get("conditions"), f"{where}.conditions", errors)
+            if _str(c.get("type"))
+        }
+        out.append(
+            DeviceStatus(
+                driver=_str(raw.get("driver")),
+                pool=_str(raw.get("pool")),
+                device=_str(raw.get("device")),
+                share_id=_str(raw.get("shareID")),
+                conditions=conditions,
+            )
+        )
+    return tuple(out)
+
+
 def resource_claim_from_k8s(obj: Mapping[str, Any]) -> ResourceClaim:
     """One ResourceClaim of resource.k8s.io/v1. Never raises (see `errors`); an allocation
     is kept even when parts of the spec are malformed, so its devices stay in use."""
@@ -915,6 +954,7 @@ def resource_claim_from_k8s(obj: Mapping[str, Any]) -> ResourceClaim:
         errors=tuple(errors),
         finalizers=_strings(meta.get("finalizers"), "metadata.finalizers", errors),
         pod_claim_name=_str(annotations.get(ANN_POD_CLAIM_NAME)),
+        device_statuses=_device_statuses(status.get("devices"), errors),
     )
 
 

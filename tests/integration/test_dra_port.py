@@ -14,9 +14,8 @@ import asyncio
 import dataclasses
 import secrets
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
@@ -144,7 +143,7 @@ async def create_pod(kube: Kube, ns: str, name: str, claims: list[JSON]) -> PodI
     return pod_from_k8s(await kube.post(pod_path(ns), pod))
 
 
-def gpu_objects(kube: Kube, ns: str, node: str) -> Any:
+def gpu_objects(kube: Kube, ns: str, node: str) -> AbstractAsyncContextManager[None]:
     """This test's DeviceClass and one node's ResourceSlice of 8 GPUs."""
     klass = fresh(gpu_class(), f"{ns}-gpu")
     rs = fresh(gpu_slice(node), f"{node}-gpu.nvidia.com")

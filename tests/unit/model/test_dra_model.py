@@ -322,9 +322,20 @@ def test_an_allocated_claim_with_shares_consumed_capacity_and_reservations() -> 
     ]
     alloc["allocationTimestamp"] = "2026-12-01T10:00:00Z"
     pod = {"resource": "pods", "name": "p", "uid": "pod-uid"}
-    c = resource_claim_from_k8s(
-        gpu_claim("train", count=2, rv="42", allocation=alloc, reserved_for=[pod])
-    )
+    raw = gpu_claim("train", count=2, rv="42", allocation=alloc, reserved_for=[pod])
+    raw["status"]["devices"] = [
+        {
+            "driver": DRIVER,
+            "pool": "node-a",
+            "device": "gpu-1",
+            "shareID": "9c4b1e6a-2b8f-4d6e-9a51-3f0c7d2e8b10",
+            "conditions": [
+                {"type": "Attached", "status": "True", "reason": "Ok", "message": ""},
+                {"type": "Ready", "status": "False", "reason": "Wait", "message": ""},
+            ],
+        }
+    ]
+    c = resource_claim_from_k8s(raw)
     assert c.errors == () and c.resource_version == "42"
     assert c.allocation is not None
     r0, r1 = c.allocation.results
@@ -337,6 +348,9 @@ def test_an_allocated_claim_with_shares_consumed_capacity_and_reservations() -> 
     assert c.allocation.config[0]["source"] == "FromClass"
     assert c.allocation.allocation_timestamp == "2026-12-01T10:00:00Z"
     assert c.reserved_for == (ConsumerRef("pods", "p", "pod-uid"),)
+    (ds,) = c.device_statuses
+    assert ds.device_id == r1.device_id and ds.share_id == r1.share_id
+    assert ds.conditions == {"Attached": "True", "Ready": "False"}
 
 
 def test_an_unreadable_allocation_still_counts_as_allocated() -> None:
