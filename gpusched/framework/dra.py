@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Protocol
 
@@ -131,13 +131,13 @@ def now_rfc3339() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def stamped(allocation: AllocationResult) -> AllocationResult:
+def stamped(allocation: AllocationResult, now: Callable[[], str] = now_rfc3339) -> AllocationResult:
     """The allocation with allocationTimestamp set, as bindClaim sets it when
     DRADeviceBindingConditions and DRAResourceClaimDeviceStatus are on (both default on in
     1.36)."""
     if allocation.allocation_timestamp:
         return allocation
-    return dataclasses.replace(allocation, allocation_timestamp=now_rfc3339())
+    return dataclasses.replace(allocation, allocation_timestamp=now())
 
 
 class DraPort(Protocol):
@@ -420,8 +420,9 @@ class MemoryDra(DraView):
     would (and what bindClaim checks after a conflict), then applies at once with a new
     resourceVersion, as if the watch had shown it."""
 
-    def __init__(self) -> None:
+    def __init__(self, now: Callable[[], str] = now_rfc3339) -> None:
         super().__init__()
+        self.now = now  # allocationTimestamp (the simulator passes its virtual time)
         self._rv = itertools.count(1_000_000)
         self.writes: list[tuple[str, str]] = []  # (verb, claim key), for tests
 
@@ -456,7 +457,9 @@ class MemoryDra(DraView):
             if not self.reserved_for(current, pod):
                 reserved = (*reserved, pod_consumer(pod.name, pod.uid))
             written = self._store(
-                dataclasses.replace(current, allocation=stamped(allocation), reserved_for=reserved),
+                dataclasses.replace(
+                    current, allocation=stamped(allocation, self.now), reserved_for=reserved
+                ),
                 "allocate",
             )
             return written, Status()
@@ -501,3 +504,24 @@ class MemoryDra(DraView):
             return write_failure(f"claim {claim.key} is in use by {others[0].name}", 409)
         self._store(dataclasses.replace(current, allocation=None, reserved_for=()), "deallocate")
         return Status()
+
+    def pod_gone(self, uid: str) -> None:
+        """A pod was deleted or finished: what kube-controller-manager's resourceclaim
+        controller then does (syncClaim): the pod leaves every reservedFor, and a claim no
+        longer reserved by anyone that carries our finalizer is deallocated and loses it."""
+        for current in list(self.watched.values()):
+            if not any(c.uid == uid for c in current.reserved_for):
+                continue
+            rest = tuple(c for c in current.reserved_for if c.uid != uid)
+            if rest or FINALIZER not in current.finalizers:
+                self._store(dataclasses.replace(current, reserved_for=rest), "unreserve")
+                continue
+            self._store(
+                dataclasses.replace(
+                    current,
+                    reserved_for=(),
+                    allocation=None,
+                    finalizers=tuple(f for f in current.finalizers if f != FINALIZER),
+                ),
+                "deallocate",
+            )

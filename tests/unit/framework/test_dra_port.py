@@ -227,3 +227,28 @@ def test_no_dra_holds_nothing_and_refuses_writes() -> None:
     assert NO_DRA.allocated_claims() == () and NO_DRA.slices_for_node("n") == ()
     _, status = run(NO_DRA.allocate(claim(), ours("n", 0), pod()))
     assert status.code is Code.ERROR
+
+
+def test_a_gone_pod_releases_its_claims_as_the_resourceclaim_controller_does() -> None:
+    dra = MemoryDra(now=lambda: "2026-12-01T00:00:00Z")
+    mine, shared = (
+        claim("mine"),
+        claim(
+            "shared",
+            allocation=gpu_allocation("node-a", 1),
+            reserved_for=[{"resource": "pods", "name": "other", "uid": "other-uid"}],
+        ),
+    )
+    dra.put_claim(mine)
+    dra.put_claim(shared)
+    written, _ = run(dra.allocate(mine, ours("node-a", 0), pod()))
+    assert written is not None and written.allocation is not None
+    assert written.allocation.allocation_timestamp == "2026-12-01T00:00:00Z"
+    run(dra.reserve_for(shared, pod()))
+    dra.pod_gone("pod-uid")
+    after_mine, after_shared = dra.claim("ns", "mine"), dra.claim("ns", "shared")
+    assert after_mine is not None and after_mine.allocation is None
+    assert after_mine.finalizers == () and after_mine.reserved_for == ()
+    # Still used by another pod: only the reservation goes.
+    assert after_shared is not None and after_shared.allocation is not None
+    assert [c.uid for c in after_shared.reserved_for] == ["other-uid"]
