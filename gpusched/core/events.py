@@ -17,6 +17,7 @@ from gpusched.core.cache.cache import ClusterCache
 from gpusched.core.gangs import GangIndex
 from gpusched.core.queue import ClusterEvent, SchedulingQueue, node_change
 from gpusched.core.runtime.waiting import WaitingPods
+from gpusched.framework.dra import CLAIMS, SLICES, DraChange
 from gpusched.model.node import NodeModel
 from gpusched.model.pod import GangAPI, PodInfo
 
@@ -43,12 +44,19 @@ class ClusterEvents:
         self.waiting = tuple(waiting)
         self.profiles = frozenset(profiles)
         self.nodes: dict[str, NodeModel] = {}
+        # Pending pods of ours by the ResourceClaims they use ((namespace, claim) -> uids),
+        # and the reverse: a claim's change wakes its users only (dra_changed).
+        self.claim_users: dict[tuple[str, str], set[str]] = {}
+        self._claims_of: dict[str, tuple[tuple[str, str], ...]] = {}
 
     # -- pods -------------------------------------------------------------------------------
 
     def pod_changed(self, pod: PodInfo) -> None:
         """A pod added or updated (the watch's ADDED/MODIFIED)."""
         uid = pod.uid
+        self._index_claims(
+            pod, pod.scheduler_name in self.profiles and not pod.node_name and not pod.deleting
+        )
         ours = pod.scheduler_name in self.profiles or self.gangs.gang_of(uid) is not None
         if ours and self.gangs.update(pod) and pod.gang is not None and not pod.node_name:
             # A new member: siblings PreEnqueue held back may now be enough.
@@ -90,6 +98,7 @@ class ClusterEvents:
 
     def pod_deleted(self, pod: PodInfo) -> None:
         uid = pod.uid
+        self._index_claims(pod, False)
         self.gangs.remove(uid)
         entry = self.cache.get(uid)
         self.cache.remove_pod(uid)
@@ -100,6 +109,45 @@ class ClusterEvents:
                 wp.reject("", f"pod {pod.key} was deleted")
         if entry is not None and entry.alloc is not None:
             self.queue.move_all(ClusterEvent.ASSIGNED_POD_DELETE, namespace=pod.namespace)
+
+    # -- Dynamic Resource Allocation --------------------------------------------------------
+
+    def _index_claims(self, pod: PodInfo, pending: bool) -> None:
+        keys = tuple((pod.namespace, c.claim) for c in pod.pod_claims if c.claim) if pending else ()
+        old = self._claims_of.pop(pod.uid, ())
+        for key in old:
+            users = self.claim_users.get(key)
+            if users is not None:
+                users.discard(pod.uid)
+                if not users:
+                    del self.claim_users[key]
+        if keys:
+            self._claims_of[pod.uid] = keys
+            for key in keys:
+                self.claim_users.setdefault(key, set()).add(pod.uid)
+
+    def dra_changed(self, change: DraChange) -> None:
+        """A ResourceClaim, ResourceSlice or DeviceClass added or updated (kube/dra.py), as
+        kube-scheduler's DynamicResources requeues: a claim deallocated (or an allocated one
+        deleted) frees devices for every pod DynamicResources rejected; a claim created or
+        whose allocation or reservedFor changed concerns the pods using it only (PreEnqueue
+        waits for a claim to exist, so gated users are checked again); a new or changed
+        slice or class may help any pod DynamicResources rejected."""
+        if change.kind == CLAIMS:
+            if change.deallocated:
+                self.queue.move_all(ClusterEvent.RESOURCE_CLAIM_CHANGE)
+                return
+            users = tuple(self.claim_users.get((change.namespace, change.name), ()))
+            if users and (change.created or change.status_changed):
+                self.queue.recheck_gated(users)
+                self.queue.move(users, ClusterEvent.RESOURCE_CLAIM_CHANGE)
+            return
+        event = (
+            ClusterEvent.RESOURCE_SLICE_CHANGE
+            if change.kind == SLICES
+            else ClusterEvent.DEVICE_CLASS_CHANGE
+        )
+        self.queue.move_all(event)
 
     # -- gangs ------------------------------------------------------------------------------
 

@@ -32,6 +32,7 @@ from datetime import datetime
 from typing import Any
 
 from gpusched.model import keys
+from gpusched.model.dra import PodClaim
 from gpusched.model.node import FULL_CARD_MILLI
 from gpusched.model.quantity import QuantityError, QuantityRangeError, to_int, to_milli
 from gpusched.model.volume import PodVolume, pod_volumes
@@ -138,6 +139,9 @@ class PodInfo:
     scheduling_gates: tuple[str, ...] = ()
     # spec.resourceClaims names (Dynamic Resource Allocation)
     resource_claims: tuple[str, ...] = ()
+    # The same entries resolved to the ResourceClaims they mean (status.resourceClaimStatuses
+    # for the template ones), in spec order.
+    pod_claims: tuple[PodClaim, ...] = ()
     # Host ports the pod takes on its node (NodePorts), kube's GetHostPorts.
     host_ports: tuple[HostPort, ...] = ()
     # Claims (persistentVolumeClaim, generic ephemeral) and in-tree disks the volume plugins
@@ -416,6 +420,37 @@ def _resource_claims(spec: Mapping[str, Any]) -> tuple[str, ...]:
     return tuple(str(c.get("name", "")) for c in _dicts(spec.get("resourceClaims")))
 
 
+def pod_claims(spec: Mapping[str, Any], status: Mapping[str, Any]) -> tuple[PodClaim, ...]:
+    """spec.resourceClaims resolved as resourceclaim.Name does: a resourceClaimName names
+    the claim; a resourceClaimTemplateName's claim is the one status.resourceClaimStatuses
+    names for the entry ("" while the controller has not made it; an entry whose name is
+    null means the pod needs no claim for it). An entry with neither (or both) is an
+    error."""
+    made: dict[str, str | None] = {}
+    for entry in _dicts(status.get("resourceClaimStatuses")):
+        name = entry.get("resourceClaimName")
+        made[str(entry.get("name", ""))] = name if isinstance(name, str) and name else None
+    out: list[PodClaim] = []
+    for c in _dicts(spec.get("resourceClaims")):
+        name = str(c.get("name", ""))
+        claim, template = c.get("resourceClaimName"), c.get("resourceClaimTemplateName")
+        if isinstance(claim, str) and claim and template is None:
+            out.append(PodClaim(name, claim=claim))
+        elif isinstance(template, str) and template and claim is None:
+            if name not in made:
+                out.append(PodClaim(name, template=template))
+            else:
+                resolved = made[name]
+                out.append(
+                    PodClaim(name, claim=resolved or "", template=template, not_needed=not resolved)
+                )
+        else:
+            # Neither (or both): an API this parser does not know (resourceclaim.Name's
+            # ErrAPIUnsupported); kept with no claim and no template for the plugin to refuse.
+            out.append(PodClaim(name))
+    return tuple(out)
+
+
 def host_ports(spec: Mapping[str, Any]) -> tuple[HostPort, ...]:
     """kube's GetHostPorts: the ports with a hostPort > 0 of sidecar (restartPolicy: Always)
     init containers and regular containers, with the empty host IP and protocol defaulted
@@ -536,6 +571,7 @@ def pod_from_k8s(obj: Mapping[str, Any]) -> PodInfo:
             )
 
     gang = _gang(spec, labels, ann, namespace, errors)
+    claims = pod_claims(spec, status)
 
     preemptible = True
     raw_pre = ann.get(keys.PREEMPTIBLE)
@@ -591,6 +627,7 @@ def pod_from_k8s(obj: Mapping[str, Any]) -> PodInfo:
         errors=tuple(errors),
         scheduling_gates=_scheduling_gates(spec),
         resource_claims=_resource_claims(spec),
+        pod_claims=claims,
         host_ports=host_ports(spec),
         volumes=pod_volumes(spec, str(meta.get("name", ""))),
         topology_spread_constraints=tuple(_dicts(spec.get("topologySpreadConstraints"))),

@@ -19,7 +19,8 @@ retried by the periodic flush, not on every bind.
 
 Storage events (a claim, volume, StorageClass or CSINode added or updated; the daemon
 watches them only when a profile has a volume plugin) wake only the pods a volume plugin
-rejected.
+rejected; DRA events (a ResourceClaim, ResourceSlice or DeviceClass) only the pods
+DynamicResources rejected.
 """
 
 from __future__ import annotations
@@ -46,6 +47,11 @@ class ClusterEvent(enum.Enum):
     PV_CHANGE = "PersistentVolumeChange"
     STORAGE_CLASS_CHANGE = "StorageClassChange"
     CSI_NODE_CHANGE = "CSINodeChange"
+    # Dynamic Resource Allocation objects added or updated (the daemon's watches, only when
+    # a profile uses DynamicResources): only pods DynamicResources rejected may care.
+    RESOURCE_CLAIM_CHANGE = "ResourceClaimChange"
+    RESOURCE_SLICE_CHANGE = "ResourceSliceChange"
+    DEVICE_CLASS_CHANGE = "DeviceClassChange"
     FLUSH = "UnschedulableTimeout"
 
 
@@ -105,6 +111,15 @@ VOLUME_EVENTS = frozenset(
     }
 )
 
+DRA_PLUGINS = frozenset({"DynamicResources"})
+DRA_EVENTS = frozenset(
+    {
+        ClusterEvent.RESOURCE_CLAIM_CHANGE,
+        ClusterEvent.RESOURCE_SLICE_CHANGE,
+        ClusterEvent.DEVICE_CLASS_CHANGE,
+    }
+)
+
 
 # Rejections only the pod itself could lift (a malformed pod; DRA claims, which are
 # immutable): no cluster event wakes them, only the periodic flush.
@@ -160,6 +175,10 @@ def may_help(
     flush)."""
     if event is ClusterEvent.FLUSH:
         return True
+    if event in DRA_EVENTS:
+        # A claim, slice or class changing helps only a pod DynamicResources rejected (or
+        # one whose rejection names no plugin).
+        return not rejected_by or bool(rejected_by & DRA_PLUGINS)
     if rejected_by and rejected_by <= POD_ONLY:
         return False
     if event in (ClusterEvent.ASSIGNED_POD_ADD, ClusterEvent.ASSIGNED_POD_UPDATE):

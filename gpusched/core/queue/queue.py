@@ -178,6 +178,25 @@ class SchedulingQueue:
                 moved += 1
         return moved
 
+    def move(self, uids: Iterable[str], event: ClusterEvent) -> int:
+        """`move_all` for an event that concerns these pods only (a claim they use was
+        created or its status changed: kube's isSchedulableAfterClaimChange answers Queue
+        for the claim's users alone): those unschedulable and helped by it move, honouring
+        backoff; those in flight note it. Returns how many moved."""
+        now = self.clock()
+        moved = 0
+        for uid in uids:
+            if (flying := self.inflight.get(uid)) is not None:
+                flying.missed.add((event, NodeChange.ANY))
+                continue
+            info = self.unschedulable.get(uid)
+            if info is None or not may_help(info.rejected_by, event):
+                continue
+            self.unschedulable.remove(uid)
+            self._requeue_moved(info, now)
+            moved += 1
+        return moved
+
     def activate(self, uids: Iterable[str]) -> int:
         """Move these pods from the unschedulable set or backoffQ to activeQ now, ignoring
         their backoff (kube-scheduler's Activate, fed by a plugin's PodsToActivate: a gang
