@@ -840,7 +840,9 @@ class Selectors:
             result = compiled.program.execute(context)
         except KeyError as exc:
             return CelError(f"no such key: {exc.args[0] if exc.args else ''}")
-        except (RuntimeError, TypeError, ValueError, ArithmeticError) as exc:
+        # cel-rust raises IndexError, TypeError, OverflowError, RuntimeError, ... for a
+        # selector's fault; none of them may escape as a crash of the caller.
+        except Exception as exc:
             return CelError(_clean(str(exc)))
         if isinstance(result, bool):
             return result
@@ -891,7 +893,7 @@ def _compile(expr: str) -> Compiled | CelError:
         return rewritten
     try:
         program = cel.compile(rewritten)
-    except (ValueError, RuntimeError) as exc:
+    except Exception as exc:  # ValueError for a parse error; whatever else, never a crash
         return CelError("compilation failed: " + _PARSE_PREFIX.sub("", str(exc)).strip())
     # The first in the text, as a checker would report it.
     undeclared = sorted(
@@ -910,7 +912,7 @@ def _compile(expr: str) -> Compiled | CelError:
         # The same value for every device: a non-bool constant is kube's compile error.
         try:
             value = program.execute(cel.Context(functions=_FUNCTIONS))
-        except (KeyError, RuntimeError, TypeError, ValueError, ArithmeticError):
+        except Exception:
             value = True  # a runtime error, reported when it is evaluated
         if not isinstance(value, bool):
             return CelError(f"must evaluate to bool or the unknown type, not {_cel_type(value)}")

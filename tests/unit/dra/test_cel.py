@@ -654,3 +654,19 @@ def test_function_errors_are_not_logged_by_the_runtime(caplog: pytest.LogCapture
             " '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"
         )
     assert not [r for r in caplog.records if r.name == "cel"]
+
+
+@pytest.mark.parametrize(
+    ("expr", "message"),
+    [
+        ('[1][device.attributes["dra.example.com"].n] == 1', "index out of bounds: 5"),
+        ('device.attributes["dra.example.com"].n - 9223372036854775807 - 9 < 0', "overflow"),
+        ('device.driver.matches("(")', "not a valid regex"),
+        ('device.attributes["dra.example.com"].n / 0 == 1', "division by zero"),
+    ],
+)
+def test_every_runtime_failure_is_a_cel_error(expr: str, message: str) -> None:
+    device = Device(name="d", attributes={"dra.example.com/n": i(5)})
+    result = _eval(expr, device)
+    assert isinstance(result, CelError)
+    assert message in result.message
