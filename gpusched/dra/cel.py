@@ -741,6 +741,25 @@ def _worst_case_iterations(expr: str) -> int:
     return sum(cost(j) for j in roots)
 
 
+# The one variable, and the namespaces of functions (`sets.contains`, `optional.of`), which
+# cel-rust reports as variables.
+_GLOBAL_NAMES = frozenset({"device", "sets", "optional", "strings"})
+
+
+def _bound_names(expr: str) -> set[str]:
+    """The names a selector may use: globals and the variables its macros bind."""
+    toks = _tokens(expr)
+    bound = {
+        toks[i + 3].text
+        for i in range(len(toks) - 3)
+        if toks[i].text == "."
+        and toks[i + 1].text in _MACROS
+        and toks[i + 2].text == "("
+        and toks[i + 3].kind == "ident"
+    }
+    return bound | _GLOBAL_NAMES
+
+
 def _matching_open(toks: list[_Tok], close_index: int) -> int:
     depth = 0
     for j in range(close_index, -1, -1):
@@ -902,6 +921,9 @@ def _compile(expr: str) -> Compiled | CelError:
     )
     if undeclared:
         return CelError(f"compilation failed: undeclared reference to '{undeclared[0]}'")
+    unknown = sorted(set(program.variables()) - _bound_names(rewritten), key=rewritten.find)
+    if unknown:
+        return CelError(f"compilation failed: undeclared reference to '{unknown[0]}'")
     iterations = _worst_case_iterations(rewritten)
     if iterations > MAX_ITERATIONS:
         return CelError(

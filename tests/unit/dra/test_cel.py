@@ -424,6 +424,7 @@ def test_runtime_errors_of_the_quantity_library() -> None:
         '"  x ".trim() == "x" && "abc".charAt(1) == "b" && "abc".substring(1) == "bc"',
         '["a", "b"].join("-") == "a-b" && "aXa".replace("a", "b") == "bXb"',
         "cel.bind(x, 2, cel.bind(y, x * 3, x + y == 8))",
+        "[[1, 2], [3]].all(l, l.exists(e, e > 0)) && optional.of(1).hasValue()",
         'cel.bind(s, "cel.bind(a, b, c)", s.size() == 17)',
     ],
 )
@@ -605,6 +606,9 @@ def test_unknown_functions_are_refused_when_compiled() -> None:
         ('"%s".format(["a"]) == "a"', "format"),
         ('device.attributes["d"].x.nosuch()', "nosuch"),
         ("url('https://x').getHost() == 'x'", "url"),
+        ("noSuchVar", "noSuchVar"),
+        ("[1].all(x, y > 0)", "y"),
+        ('device.driver == "a" || dev.driver == "a"', "dev"),
     ]:
         assert selectors.compile(expr) == CelError(
             f"compilation failed: undeclared reference to '{name}'"
