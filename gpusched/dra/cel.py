@@ -36,8 +36,8 @@ What this module adds to cel-rust, as kube's environment has it:
 - `cel.bind(x, init, body)`, which cel-rust lacks, rewritten to `[init].map(x, body)[0]`
   before parsing (the same single evaluation of `init`).
 - Compile-time checks: a parse error, a function or variable nothing declares
-  ("undeclared reference to 'x'"), a constant expression that is not a bool ("must evaluate to bool"), and the
-  cost limit below.
+  ("undeclared reference to 'x'"), a constant expression that is not a bool ("must
+  evaluate to bool"), and the cost limit below.
 
 Semantics kept from compile.go and kube's allocator:
 - `device.driver`, `device.attributes[domain][name]`, `device.capacity[domain][name]` (a
