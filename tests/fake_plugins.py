@@ -18,6 +18,7 @@ from gpusched.framework.points import POINT_METHODS
 from gpusched.framework.registry import Registry
 from gpusched.framework.status import wait
 from gpusched.model.pod import PodInfo
+from gpusched.plugins.dynamic_resources.args import DynamicResourcesArgs
 from gpusched.plugins.gang_scheduling.args import GangSchedulingArgs
 
 # --- for the runtime tests ---------------------------------------------------------------
@@ -200,7 +201,16 @@ DEFAULT_FAKES = (
     fake("NodePorts", P.PRE_FILTER, P.FILTER),
     fake("InterPodAffinity", P.PRE_FILTER, P.FILTER, P.PRE_SCORE, P.SCORE),
     fake("PodTopologySpread", P.PRE_FILTER, P.FILTER, P.PRE_SCORE, P.SCORE),
-    fake("DynamicResources", P.PRE_FILTER),
+    fake(
+        "DynamicResources",
+        P.PRE_ENQUEUE,
+        P.PRE_FILTER,
+        P.FILTER,
+        P.POST_FILTER,
+        P.RESERVE,
+        P.PRE_BIND,
+        args=DynamicResourcesArgs,
+    ),
     fake("VolumeRestrictions", P.PRE_FILTER, P.FILTER),
     fake("NodeVolumeLimits", P.PRE_FILTER, P.FILTER),
     fake("VolumeBinding", P.PRE_FILTER, P.FILTER, P.RESERVE, P.PRE_BIND),

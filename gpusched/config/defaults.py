@@ -49,10 +49,11 @@ def _refs(*names: str) -> tuple[PluginRef, ...]:
 # The `ai-scheduler` profile. Score weights are the seed article's alpha, beta, gamma:
 # fragmentation first, thermal headroom next, network locality last.
 # SchedulingGates, NodeName, NodePorts, the volume plugins, PodTopologySpread and
-# InterPodAffinity as in kube-scheduler's default profile; DynamicResources refuses pods
-# with DRA claims until gpusched allocates them.
+# InterPodAffinity as in kube-scheduler's default profile; DynamicResources allocates DRA
+# claims (kube's place: after InterPodAffinity, first at PostFilter), its Reserve after
+# GPUFit's (it allocates the devices of the cards GPUFit chose).
 DEFAULT_PLUGINS: Mapping[Point, tuple[PluginRef, ...]] = {
-    Point.PRE_ENQUEUE: _refs("SchedulingGates", "GangScheduling"),
+    Point.PRE_ENQUEUE: _refs("SchedulingGates", "DynamicResources", "GangScheduling"),
     # PrioritySort's order, with a gang's pods kept together (they pop one after the other).
     Point.QUEUE_SORT: _refs("GangScheduling"),
     # kube-scheduler's order (the first PreFilter to refuse a pod words its message); the
@@ -90,12 +91,14 @@ DEFAULT_PLUGINS: Mapping[Point, tuple[PluginRef, ...]] = {
         "VolumeZone",
         "PodTopologySpread",
         "InterPodAffinity",
+        "DynamicResources",
         "Thermal",
         # Last: the gang's racks are chosen over the nodes that pass the pod's other filters.
         "GangScheduling",
     ),
     # A member that cannot be placed releases its siblings waiting at Permit.
-    Point.POST_FILTER: _refs("GangScheduling"),
+    # An idle claim allocated for the pod earlier is deallocated before anything else.
+    Point.POST_FILTER: _refs("DynamicResources", "GangScheduling"),
     Point.PRE_SCORE: _refs("PodTopologySpread", "InterPodAffinity", "NetworkLocality"),
     # The seed article weights fragmentation 0.40, thermal 0.35, network 0.25. Measured in
     # the simulator (`gpusched simulate`, seeds 1-3), a 0.35 thermal score steers work off
@@ -129,9 +132,9 @@ DEFAULT_PLUGINS: Mapping[Point, tuple[PluginRef, ...]] = {
     ),
     # VolumeBinding binds the pod's claims before the pod (kube-scheduler's order).
     # GangScheduling first, so its Unreserve runs when any later Reserve fails.
-    Point.RESERVE: _refs("GangScheduling", "VolumeBinding", "GPUFit"),
+    Point.RESERVE: _refs("GangScheduling", "VolumeBinding", "GPUFit", "DynamicResources"),
     Point.PERMIT: _refs("GangScheduling"),
-    Point.PRE_BIND: _refs("VolumeBinding", "GPUFit"),
+    Point.PRE_BIND: _refs("VolumeBinding", "DynamicResources", "GPUFit"),
     Point.BIND: _refs("DefaultBinder"),
 }
 

@@ -17,7 +17,8 @@ from gpusched.core.cache.cache import ClusterCache
 from gpusched.core.gangs import GangIndex
 from gpusched.core.queue import ClusterEvent, SchedulingQueue, node_change
 from gpusched.core.runtime.waiting import WaitingPods
-from gpusched.framework.dra import CLAIMS, SLICES, DraChange
+from gpusched.dra.cards import with_dra_cards
+from gpusched.framework.dra import CLAIMS, NO_DRA, SLICES, DraChange, DraPort
 from gpusched.model.node import NodeModel
 from gpusched.model.pod import GangAPI, PodInfo
 
@@ -31,8 +32,11 @@ class ClusterEvents:
         profiles: Collection[str],
         on_pod_warning: Callable[[PodInfo, str], None] | None = None,
         gangs: GangIndex | None = None,
+        dra: DraPort = NO_DRA,
     ) -> None:
         self.cache = cache
+        # A node without cards of its own gets them from its ResourceSlices (dra/cards.py).
+        self.dra = dra
         # Every pod of every gang of ours, pending or placed (core/gangs.py).
         self.gangs = gangs if gangs is not None else GangIndex()
         if on_pod_warning is not None:
@@ -142,6 +146,9 @@ class ClusterEvents:
                 self.queue.recheck_gated(users)
                 self.queue.move(users, ClusterEvent.RESOURCE_CLAIM_CHANGE)
             return
+        if change.kind == SLICES and change.node in self.nodes:
+            # The node's cards may have come, gone or changed with its slices.
+            self.node_changed(self.nodes[change.node])
         event = (
             ClusterEvent.RESOURCE_SLICE_CHANGE
             if change.kind == SLICES
@@ -176,6 +183,9 @@ class ClusterEvents:
         An update wakes only the unschedulable pods whose rejecting plugins read something
         that changed (core/queue/hints.py), so label churn nothing selects on (GPU Feature
         Discovery's timestamp every minute) wakes nobody."""
+        node = with_dra_cards(
+            node, self.dra.slices_for_node(node.name), self.cache.snapshot.max_cards
+        )
         name = node.name
         old = self.nodes.get(name)
         if old == node:

@@ -11,6 +11,7 @@ from gpusched.core.cache.cache import ClusterCache
 from gpusched.core.cache.snapshot import Snapshot
 from gpusched.core.gangs import GangIndex
 from gpusched.core.runtime.waiting import WaitingPod, WaitingPods
+from gpusched.framework.dra import NO_DRA, DraPort
 from gpusched.framework.gangs import NO_GANGS, GangPort
 from gpusched.framework.interfaces import ClusterPort, PodMatcher, Rows, UsedPorts
 from gpusched.framework.volumes import NO_VOLUMES, VolumePort
@@ -25,8 +26,10 @@ class SchedulerHandle:
         clock: Callable[[], float],
         volumes: VolumePort = NO_VOLUMES,
         gangs: GangPort = NO_GANGS,
+        dra: DraPort = NO_DRA,
     ) -> None:
         self.cache = cache
+        self._dra = dra
         self._cluster = cluster
         self._clock = clock
         self._volumes = volumes
@@ -78,6 +81,10 @@ class SchedulerHandle:
     @property
     def gangs(self) -> GangPort:
         return self._gangs
+
+    @property
+    def dra(self) -> DraPort:
+        return self._dra
 
     def gang_members(self, key: str) -> Sequence[tuple[PodInfo, str]]:
         out = []

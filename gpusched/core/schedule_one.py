@@ -40,9 +40,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from gpusched.core.cache.cache import ClusterCache
+from gpusched.core.dra_ledger import DraLedger
 from gpusched.core.queue import ClusterEvent, QueuedPodInfo, SchedulingQueue
 from gpusched.core.runtime.framework import Framework, ScoreResult
 from gpusched.framework.cycle_state import CycleState
+from gpusched.framework.dra import NO_DRA, DraPort
 from gpusched.framework.interfaces import ALLOCATION, PODS_TO_ACTIVATE, Allocation, Diagnosis
 from gpusched.framework.status import (
     ClusterWriteError,
@@ -162,9 +164,12 @@ class ScheduleOne:
         read_pod: ReadPod | None = None,
         settle_after: float = 60.0,
         settle_backoff: tuple[float, float] = (0.5, 10.0),
+        dra: DraPort = NO_DRA,
     ) -> None:
         self.frameworks = dict(frameworks)
         self.cache = cache
+        # The cards allocated DRA devices hold (any scheduler's claims and ours in flight).
+        self.dra_ledger = DraLedger(cache, dra)
         self.queue = queue
         self.clock = clock
         self.observer = observer or Observer()
@@ -232,6 +237,9 @@ class ScheduleOne:
         clock = time.perf_counter_ns
         ns: dict[str, int] = {}
         t0 = clock()
+        # Allocated DRA devices charge their cards before anything reads the columns.
+        self.dra_ledger.sync()
+        pod = fw.expand(pod)
         rows, st = fw.run_pre_filter(state, pod)
         t1 = clock()
         ns["PreFilter"] = t1 - t0

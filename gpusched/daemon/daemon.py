@@ -55,12 +55,14 @@ from gpusched.daemon.liveness import Liveness
 from gpusched.daemon.reporting import Reporter
 from gpusched.daemon.tasks import Tasks
 from gpusched.daemon.warmup import warm_kernels
+from gpusched.framework.dra import NO_DRA, DraChange
 from gpusched.framework.gangs import NO_GANGS
 from gpusched.framework.registry import Registry
 from gpusched.framework.status import Status
 from gpusched.framework.volumes import NO_VOLUMES
 from gpusched.kube import faults
 from gpusched.kube.client import JSON, ApiError, Kube
+from gpusched.kube.dra import KubeDra
 from gpusched.kube.lease import KubeLeases, LeaderElector, default_identity
 from gpusched.kube.ops import pod_path
 from gpusched.kube.podgroups import KubePodGroups
@@ -89,6 +91,7 @@ MAX_POD_WARNINGS = 1024
 MAX_WARNED = 4096  # node warnings remembered as reported (and kept for a standby to write)
 # The gang plugin's name: a profile enabling it makes the daemon watch PodGroups and keep
 # their status (named here, not imported: the daemon does not depend on one plugin).
+DRA_PLUGIN = "DynamicResources"
 GANG_PLUGIN = "GangScheduling"
 
 
@@ -137,6 +140,18 @@ class Daemon:
                 watch_timeout=config.watch.timeout_seconds,
                 read_timeout=config.watch.read_timeout_seconds,
             )
+        # DeviceClasses, ResourceSlices and ResourceClaims: only when a profile allocates
+        # claims (the same rule); on a cluster that does not serve resource.k8s.io/v1 the
+        # watches idle.
+        self.dra: KubeDra | None = None
+        if any(DRA_PLUGIN in p.names() for p in config.profiles):
+            self.dra = KubeDra(
+                kube,
+                on_change=self._on_dra,
+                backoff=lambda: _backoff(config.watch),
+                watch_timeout=config.watch.timeout_seconds,
+                read_timeout=config.watch.read_timeout_seconds,
+            )
         # PodGroups of both APIs are watched only when gangs are scheduled (the same rule).
         gangs = self.options.pod_groups
         if gangs is None:
@@ -156,6 +171,7 @@ class Daemon:
             clock,
             volumes=self.volumes or NO_VOLUMES,
             gangs=self.pod_groups or NO_GANGS,
+            dra=self.dra or NO_DRA,
         )
         # What the PodGroup status operator writes (only the leader runs it).
         self.gang_board: GangBoard | None = None
@@ -223,6 +239,7 @@ class Daemon:
                 self.namespace_watch,
                 *(self.volumes.reflectors if self.volumes else ()),
                 *(self.pod_groups.reflectors if self.pod_groups else ()),
+                *(self.dra.reflectors if self.dra else ()),
             ],
             lambda: len(self.queue.active),
             watch_stall=config.liveness.watch_stall_seconds,
@@ -250,6 +267,7 @@ class Daemon:
             self.frameworks,
             on_pod_warning=self._pod_warning,
             gangs=self.handle.gang_index,
+            dra=self.dra or NO_DRA,
         )
         self.schedule_one = ScheduleOne(
             self.frameworks,
@@ -267,6 +285,7 @@ class Daemon:
             ),
             keep_scores=True,
             read_pod=self._read_pod,
+            dra=self.dra or NO_DRA,
         )
         self.ready = asyncio.Event()
         self.leading = asyncio.Event()  # the scheduling loop runs (we hold the Lease)
@@ -325,6 +344,8 @@ class Daemon:
             background.append(asyncio.create_task(reflector.run(), name=f"watch {reflector.name}"))
         if self.pod_groups is not None:
             background.append(asyncio.create_task(self.pod_groups.run(), name="watch podgroups"))
+        if self.dra is not None:
+            background.append(asyncio.create_task(self.dra.run(), name="watch dra"))
         loop_task: asyncio.Task[None] | None = None
         elector_task: asyncio.Task[None] | None = None
         try:
@@ -336,6 +357,9 @@ class Daemon:
                 self.pod_watch.synced.wait(),
                 *([self.volumes.wait_synced()] if self.volumes else []),
                 *([self.pod_groups.wait_synced()] if self.pod_groups else []),
+                # Every allocated claim known before the first attempt: a device is never
+                # handed out twice across a restart.
+                *([self.dra.wait_synced()] if self.dra else []),
                 self.namespace_watch.synced.wait(),
             )
             stop = asyncio.ensure_future(self._stop.wait())
@@ -663,6 +687,11 @@ class Daemon:
             self.overcommit.mark(pod.node_name)
         if self.gang_status is not None and pod.gang is not None:
             self.gang_status.touch(pod.gang.api, pod.gang.name)
+
+    def _on_dra(self, change: DraChange) -> None:
+        """A DeviceClass, ResourceSlice or ResourceClaim changed (kube/dra.py)."""
+        self.metrics.watch_events.labels(change.kind).inc()
+        self.events.dra_changed(change)
 
     def _on_pod_group(self, api: GangAPI, key: str, deleted: bool) -> None:
         """A PodGroup of either API added, updated or deleted (kube/podgroups.py)."""

@@ -259,6 +259,16 @@ def _node_matches(
     return False
 
 
+def node_selector_matches(raw: Mapping[str, object], node: Node) -> bool | str:
+    """Whether a raw v1.NodeSelector (an allocation's status.allocation.nodeSelector)
+    selects the node, or why it cannot be read (kube: an Error status)."""
+    try:
+        terms = _parse_node_selector(raw)
+    except _NodeSelectorError as e:
+        return f"failed to parse node selector: {e}"
+    return any(t.matches(node.labels, node.name) for t in terms)
+
+
 # -- the slices, indexed once ----------------------------------------------------------------
 
 

@@ -20,6 +20,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from gpusched.framework.cycle_state import CycleState, StateKey
+from gpusched.framework.dra import DraPort
 from gpusched.framework.gangs import GangPort
 from gpusched.framework.snapshot import NodeColumns
 from gpusched.framework.status import Status
@@ -208,6 +209,11 @@ class Handle(Protocol):
         """The PodGroup objects of both PodGroup APIs (framework/gangs.py)."""
         ...
 
+    @property
+    def dra(self) -> DraPort:
+        """DeviceClasses, ResourceSlices and ResourceClaims (framework/dra.py)."""
+        ...
+
     def gang_members(self, key: str) -> Sequence[tuple[PodInfo, str]]:
         """Every live pod of gang `key` ("namespace/name") this scheduler knows, pending or
         placed, with the node the cache places it on ("" while pending; assumed pods count
@@ -248,6 +254,15 @@ class PreEnqueuePlugin(Plugin, Protocol):
         attempted, until an update of the pod passes every PreEnqueue plugin
         (kube-scheduler's PreEnqueue; e.g. SchedulingGates). Must be cheap: no snapshot."""
         ...
+
+
+@runtime_checkable
+class PodExpander(Plugin, Protocol):
+    """A PreFilter plugin may also say how the cycle sees the pod: `expand` runs once before
+    PreFilter, and the cycle (every plugin, and the cache's assume) sees what it returns.
+    DynamicResources turns a pod's GPU claims into the GPU request the card plugins place."""
+
+    def expand(self, pod: PodInfo) -> PodInfo: ...
 
 
 @runtime_checkable

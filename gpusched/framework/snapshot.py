@@ -200,6 +200,7 @@ class NodeColumns:
         grow("node_mem_alloc", (capacity,), np.int64, 0)
         grow("node_pods_alloc", (capacity,), np.int32, 0)
         grow("node_card_count", (capacity,), np.int16, 0)
+        grow("node_dra_cards", (capacity,), np.bool_, False)
         grow("node_temp", (capacity,), np.float32, np.nan)
         grow("node_rack", (capacity,), np.int32, -1)
         grow("node_spine", (capacity,), np.int32, -1)
@@ -229,6 +230,10 @@ class NodeColumns:
     node_mem_alloc: NDArray[np.int64]
     node_pods_alloc: NDArray[np.int32]
     node_card_count: NDArray[np.int16]
+    # The row's cards come from ResourceSlices (DRA): only claims get them, through the
+    # allocator; a pod asking by annotation or nvidia.com/gpu gets none there (nothing on
+    # such a node would enforce its card assignment).
+    node_dra_cards: NDArray[np.bool_]
     node_temp: NDArray[np.float32]
     node_rack: NDArray[np.int32]
     node_spine: NDArray[np.int32]

@@ -19,6 +19,10 @@ from gpusched.model.quantity import QuantityError, to_int, to_milli
 FULL_CARD_MILLI = 1000
 
 
+DRA_GPU_SOURCE = "dra"  # NodeModel.gpu_source when the cards come from ResourceSlices
+NO_GPU_SOURCE = "none"
+
+
 @dataclass(frozen=True, slots=True)
 class Card:
     index: int
@@ -50,7 +54,8 @@ class NodeModel:
     rack: str = ""
     spine: str = ""
     # Where the card list came from: "inventory" (gpusched agent), "gfd" (labels and
-    # allocatable, cards assumed identical), or "none" (a CPU node).
+    # allocatable, cards assumed identical), "dra" (the node's ResourceSlices:
+    # dra/cards.py), or "none" (a CPU node).
     gpu_source: str = "none"
     # Every other allocatable resource, sorted by name, in base units (extended resources
     # as counts, ephemeral-storage and hugepages-* in bytes): what NodeResourcesFit checks

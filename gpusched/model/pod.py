@@ -155,6 +155,9 @@ class PodInfo:
     controller: tuple[str, str] = ("", "")
     # Names of every ownerReference, sorted: a PodGroup's status.occupiedBy names them.
     owners: tuple[str, ...] = ()
+    # The GPU request was made from the pod's ResourceClaims for this scheduling cycle
+    # (DynamicResources.expand): its cards come from DRA devices, through the allocator.
+    gpu_from_claims: bool = False
 
     @property
     def job_key(self) -> str:

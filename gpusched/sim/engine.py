@@ -28,6 +28,7 @@ from gpusched.core.queue import QueuedPodInfo, SchedulingQueue
 from gpusched.core.queue.queue import GATED
 from gpusched.core.runtime.framework import Framework, TieBreak, pre_enqueue_of
 from gpusched.core.schedule_one import Decision, Observer, Outcome, Result, ScheduleOne
+from gpusched.framework.dra import NO_DRA, DraPort
 from gpusched.framework.gangs import NO_GANGS, GangPort
 from gpusched.framework.registry import Registry
 from gpusched.framework.status import ClusterWriteError, Code, Status
@@ -130,12 +131,16 @@ class Simulation:
         max_cards: int = 8,
         tie_break: TieBreak | None = None,
         gangs: GangPort = NO_GANGS,
+        dra: DraPort = NO_DRA,
     ) -> None:
         node_list = list(nodes)
         self.clock = VirtualClock()
         self.cache = ClusterCache(Snapshot(max_cards, capacity=max(64, len(node_list))))
         self.cluster = InMemoryCluster()
-        self.handle = SchedulerHandle(self.cache, self.cluster, self.clock, gangs=gangs)
+        # DRA: the simulator's in-memory claims and slices (framework/dra.py MemoryDra),
+        # when the workload has them; nodes then take their cards from the slices.
+        self.dra = dra
+        self.handle = SchedulerHandle(self.cache, self.cluster, self.clock, gangs=gangs, dra=dra)
         self.fw = Framework(
             profile,
             registry,
@@ -148,7 +153,12 @@ class Simulation:
             self.fw.less, self.clock, pre_enqueue=pre_enqueue_of({self.name: self.fw})
         )
         self.events = ClusterEvents(
-            self.cache, self.queue, [self.fw.waiting], [self.name], gangs=self.handle.gang_index
+            self.cache,
+            self.queue,
+            [self.fw.waiting],
+            [self.name],
+            gangs=self.handle.gang_index,
+            dra=dra,
         )
         self.cluster.events = self.events
         for node in node_list:
@@ -157,7 +167,12 @@ class Simulation:
         self.thermal = ThermalModel(self.cache.snapshot, idle_temperatures or {})
         self.observer = _Observer(self.thermal)
         self.schedule_one = ScheduleOne(
-            {self.name: self.fw}, self.cache, self.queue, clock=self.clock, observer=self.observer
+            {self.name: self.fw},
+            self.cache,
+            self.queue,
+            clock=self.clock,
+            observer=self.observer,
+            dra=dra,
         )
         self._ready: list[tuple[QueuedPodInfo, Decision]] = []
         self._decisions: dict[str, Decision] = {}

@@ -138,6 +138,17 @@ class Claim:
         return ", ".join(parts)
 
 
+@dataclass(frozen=True, slots=True)
+class DeviceCharge:
+    """Card shares allocated DRA devices hold on one node: card `cards[i]` holds
+    `milli[i]` and `mem_mib[i]`."""
+
+    node: str
+    cards: tuple[int, ...]
+    milli: tuple[int, ...]
+    mem_mib: tuple[int, ...]
+
+
 @dataclass(slots=True)
 class CacheStats:
     over_allocated: int = 0
@@ -170,6 +181,11 @@ class ClusterCache:
         # Namespace name -> labels (namespaceSelector), from the daemon's namespace watch.
         self.namespaces: dict[str, Mapping[str, str]] = {}
         self.stats = CacheStats()
+        # Card shares held by allocated DRA devices (core/dra_ledger.py), by key (a claim's
+        # uid): (node, cards, milli, MiB), and the row each is charged on while its node is
+        # known. They count against the cards, not as pods.
+        self._device_charges: dict[str, DeviceCharge] = {}
+        self._device_rows: dict[str, int] = {}
         # Told of every pod charged conservatively (core/events.py forwards it to the daemon,
         # which writes a Warning Event); the message names the pod, the fault and the charge.
         self.pod_warning: Callable[[PodInfo, str], None] = _ignore
@@ -185,6 +201,9 @@ class ClusterCache:
                 entry = self.pods[uid]
                 if entry.alloc is None:
                     self._apply(entry, row)
+            for key, charge in self._device_charges.items():
+                if charge.node == node.name and key not in self._device_rows:
+                    self._charge_devices(key, charge, row)
         return row
 
     def remove_node(self, name: str) -> None:
@@ -196,6 +215,8 @@ class ClusterCache:
             if entry.alloc is not None:
                 self._job_add(entry.pod, entry.alloc.row, -1)
                 entry.alloc = None
+        for key in [k for k, r in self._device_rows.items() if r == row]:
+            del self._device_rows[key]  # the row goes; the charge waits for the node
         self.snapshot.remove_node(name)
 
     # -- pods ------------------------------------------------------------------------------
@@ -286,6 +307,35 @@ class ClusterCache:
     def is_assumed(self, uid: str) -> bool:
         e = self.pods.get(uid)
         return e is not None and e.assumed
+
+    # -- allocated DRA devices -------------------------------------------------------------
+
+    def charge_devices(self, key: str, charge: DeviceCharge) -> None:
+        """Charge `charge` under `key`, replacing what `key` held before."""
+        if self._device_charges.get(key) == charge:
+            return
+        self.release_devices(key)
+        self._device_charges[key] = charge
+        row = self.snapshot.row_of(charge.node)
+        if row >= 0:
+            self._charge_devices(key, charge, row)
+
+    def release_devices(self, key: str) -> None:
+        charge = self._device_charges.pop(key, None)
+        row = self._device_rows.pop(key, None)
+        if charge is not None and row is not None:
+            self.snapshot.apply_cards(row, charge.cards, charge.milli, charge.mem_mib, -1)
+
+    def device_charges(self) -> Mapping[str, DeviceCharge]:
+        return self._device_charges
+
+    def _charge_devices(self, key: str, charge: DeviceCharge, row: int) -> None:
+        width = self.snapshot.max_cards
+        cards = [c for c in charge.cards if 0 <= c < width]
+        if len(cards) != len(charge.cards):
+            return  # a card the row cannot hold: the allocator still counts the device
+        self.snapshot.apply_cards(row, charge.cards, charge.milli, charge.mem_mib)
+        self._device_rows[key] = row
 
     # -- views for plugins -----------------------------------------------------------------
 

@@ -19,6 +19,7 @@ import numpy as np
 
 from gpusched.framework.snapshot import MAX_CARDS_LIMIT, MAX_OTHER_RESOURCES, NO_CARD, NodeColumns
 from gpusched.model.node import (
+    DRA_GPU_SOURCE,
     FULL_CARD_MILLI,
     MAX_CARD_MEMORY_MIB,
     MAX_NODE_PODS,
@@ -83,6 +84,7 @@ class Snapshot(NodeColumns):
         if node.other or (old is not None and old.other):
             self._set_other(row, node)
         self.node_unschedulable[row] = node.unschedulable
+        self.node_dra_cards[row] = node.gpu_source == DRA_GPU_SOURCE
         # Label and taint sets are shared and reference-counted; a label set holds only
         # the watched keys, so a label nothing selects on changes nothing here.
         changed = False
@@ -223,6 +225,7 @@ class Snapshot(NodeColumns):
         self._set_labelset(row, None)
         self._set_taintset(row, ())
         self.card_model[row] = NO_CARD
+        self.node_dra_cards[row] = False
         self.card_free_milli[row] = 0
         self.card_free_mem[row] = 0
         self.node_temp[row] = np.nan
@@ -258,6 +261,21 @@ class Snapshot(NodeColumns):
             col = self.other_column_for(name)
             if col >= 0:
                 self.node_other_free[row, col] -= sign * amount
+        for c, m, mm in zip(cards, milli, mem_mib, strict=True):
+            self.card_free_milli[row, c] -= sign * m
+            self.card_free_mem[row, c] -= sign * mm
+        self.touch(row)
+
+    def apply_cards(
+        self,
+        row: int,
+        cards: Sequence[int],
+        milli: Sequence[int],
+        mem_mib: Sequence[int],
+        sign: int = 1,
+    ) -> None:
+        """Take (sign=1) or give back (sign=-1) card shares that no pod holds: allocated
+        DRA devices (core/dra_ledger.py), which count against the cards but not as pods."""
         for c, m, mm in zip(cards, milli, mem_mib, strict=True):
             self.card_free_milli[row, c] -= sign * m
             self.card_free_mem[row, c] -= sign * mm

@@ -95,6 +95,9 @@ PLUGIN_NODE_CHANGES: dict[str, NodeChange] = {
     # Topology keys are watched label keys: a node gaining or changing one may put it in
     # a domain that holds (or no longer holds) the pods a term selects.
     "InterPodAffinity": NodeChange.LABELS,
+    # Slices select nodes by label (kube registers Node Add and UpdateNodeLabel); devices
+    # come and go with ResourceSlices (DRA_EVENTS), which also re-derive a node's cards.
+    "DynamicResources": NodeChange.LABELS | NodeChange.CARDS,
     # A topology key's value (a watched label) or, with nodeTaintsPolicy Honor, a taint.
     "PodTopologySpread": NodeChange.LABELS | NodeChange.TAINTS | NodeChange.TAINT_ADDED,
 }
@@ -121,9 +124,9 @@ DRA_EVENTS = frozenset(
 )
 
 
-# Rejections only the pod itself could lift (a malformed pod; DRA claims, which are
-# immutable): no cluster event wakes them, only the periodic flush.
-POD_ONLY = frozenset({INVALID_POD, "DynamicResources"})
+# Rejections only the pod itself could lift (a malformed pod): no cluster event wakes them,
+# only the periodic flush.
+POD_ONLY = frozenset({INVALID_POD})
 
 # Filters whose verdict depends on the node and the pod itself only, never on other pods
 # (the volume ones: on the node and the storage objects).

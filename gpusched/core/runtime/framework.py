@@ -29,6 +29,7 @@ from gpusched.framework.interfaces import (
     Mask,
     NormalizeScorePlugin,
     PermitPlugin,
+    PodExpander,
     PostBindPlugin,
     PostFilterPlugin,
     PreBindPlugin,
@@ -178,6 +179,10 @@ class Framework:
         self.queue_sort: QueueSortPlugin = qs[0]
         self.pre_enqueue: list[PreEnqueuePlugin] = at(Point.PRE_ENQUEUE)
         self.pre_filter: list[PreFilterPlugin] = at(Point.PRE_FILTER)
+        # PreFilter plugins that re-shape the pod for the cycle (PodExpander).
+        self.expanders: list[PodExpander] = [
+            p for p in self.pre_filter if isinstance(p, PodExpander)
+        ]
         self.filter: list[FilterPlugin] = at(Point.FILTER)
         self.post_filter: list[PostFilterPlugin] = at(Point.POST_FILTER)
         self.pre_score: list[PreScorePlugin] = at(Point.PRE_SCORE)
@@ -230,6 +235,16 @@ class Framework:
         return SUCCESS
 
     # -- scheduling cycle ------------------------------------------------------------------
+
+    def expand(self, pod: PodInfo) -> PodInfo:
+        """The pod as this cycle sees it (PodExpander); a plugin that raises leaves it as
+        it was (its PreFilter then sees the same pod and says what is wrong)."""
+        for p in self.expanders:
+            try:
+                pod = p.expand(pod)
+            except Exception:
+                _log.exception("%s.expand raised for pod %s", p.name, pod.key)
+        return pod
 
     def run_pre_filter(self, state: CycleState, pod: PodInfo) -> tuple[Rows | None, Status]:
         if pod.errors:

@@ -15,6 +15,7 @@ from numpy.typing import NDArray
 from gpusched.config import ConfigError, SchedulerConfig
 from gpusched.config.args import ErrorList
 from gpusched.core.runtime.framework import Framework
+from gpusched.framework.dra import NO_DRA, DraPort
 from gpusched.framework.gangs import NO_GANGS, GangPort
 from gpusched.framework.interfaces import (
     ClusterPort,
@@ -90,6 +91,10 @@ class _StubHandle:
     @property
     def gangs(self) -> GangPort:
         return NO_GANGS
+
+    @property
+    def dra(self) -> DraPort:
+        return NO_DRA
 
     def gang_members(self, key: str) -> Sequence[tuple[PodInfo, str]]:
         return ()

@@ -47,6 +47,8 @@ INSUFFICIENT_SHARE = "Insufficient GPU share (no single card with enough free sh
 NO_ISLAND = "node(s) had no NVLink island with enough free cards"
 NO_GPU = "node(s) had no GPU"
 NO_HEALTHY = "node(s) had no healthy GPU"
+NOT_DRA = "node(s) had no GPU published through DRA (ResourceSlices)"
+DRA_ONLY = "node(s) had GPUs only through DRA: ask for them with a ResourceClaim"
 
 
 class GPUFit:
@@ -84,8 +86,13 @@ class GPUFit:
         request = self._request(state, pod)
         if request is None:
             return FilterResult(candidates.copy())  # no GPU asked: every node fits
+        # Cards published through DRA go only to claims (through the allocator), and a
+        # claim's cards only come from there: one owner per card, and nothing on a DRA
+        # node would honour a gpu-ids annotation.
+        dra_rows = snap.node_dra_cards[: len(candidates)]
+        wrong = candidates & (~dra_rows if pod.gpu_from_claims else dra_rows)
         summary = restrict(
-            self.summaries.summary(snap, request, pod.request.gpu_models), candidates
+            self.summaries.summary(snap, request, pod.request.gpu_models), candidates & ~wrong
         )
         state.write(GPU_SUMMARY, summary)
         rejected = candidates & ~summary.fit
@@ -106,7 +113,10 @@ class GPUFit:
         codes[no_usable & has_cards] = 3
         if request.cards and request.nvlink == 2:
             codes[rejected & (summary.intact >= request.cards)] = 1
-        return FilterResult(summary.fit, reasons, codes)
+        codes[wrong] = 4
+        return FilterResult(
+            summary.fit, (*reasons, NOT_DRA if pod.gpu_from_claims else DRA_ONLY), codes
+        )
 
     def reserve(self, state: CycleState, pod: PodInfo, node: str) -> Status:
         request = self._request(state, pod)

@@ -27,6 +27,7 @@ from gpusched.core.runtime.validate import validate_profiles
 from gpusched.core.schedule_one import Result
 from gpusched.framework.registry import Registry
 from gpusched.plugins import default_registry
+from gpusched.plugins.dynamic_resources.args import DynamicResourcesArgs
 from gpusched.plugins.gang_scheduling.args import GangSchedulingArgs
 from gpusched.sim.engine import Simulation
 from tests.builders import (
@@ -68,6 +69,7 @@ def test_minimal_document_is_the_default_profile(registry: Registry) -> None:
         "NodeResourcesFit": FitArgs(),
         "Thermal": ThermalArgs(),
         "GangScheduling": GangSchedulingArgs(),
+        "DynamicResources": DynamicResourcesArgs(),
     }
 
 

@@ -442,7 +442,7 @@ def test_plugin_config_for_a_plugin_not_in_the_profile(registry: Registry) -> No
     )
     assert msg.startswith(
         "profiles[0].pluginConfig[Spread].name: plugin 'Spread' is not enabled in this profile,"
-        " so its args would be ignored (enabled: SchedulingGates, GangScheduling,"
+        " so its args would be ignored (enabled: SchedulingGates, DynamicResources, GangScheduling,"
     )
 
 

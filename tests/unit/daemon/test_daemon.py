@@ -112,9 +112,11 @@ def _quiet_storage(d: Daemon) -> None:
     """The storage watches (the default profile's volume plugins) are not under test here:
     they report synced at once and then wait to be cancelled."""
     assert d.volumes is not None
-    # Nor the PodGroup watches (the default profile's GangScheduling), where there are any.
+    # Nor the PodGroup watches (the default profile's GangScheduling), where there are any,
+    # nor the DRA ones (DynamicResources).
     groups = d.pod_groups.reflectors if d.pod_groups is not None else ()
-    for reflector in (*d.volumes.reflectors, *groups):
+    dra = d.dra.reflectors if d.dra is not None else ()
+    for reflector in (*d.volumes.reflectors, *groups, *dra):
         reflector.synced.set()
         reflector.run = _idle  # type: ignore[method-assign]
 
@@ -609,11 +611,13 @@ async def test_healthz_sees_the_watches_and_a_wedged_loop(
 ) -> None:
     d, _ = daemon
     assert d.volumes is not None
+    assert d.dra is not None
     assert d.liveness.watches == [
         d.node_watch,
         d.pod_watch,
         d.namespace_watch,
         *d.volumes.reflectors,
+        *d.dra.reflectors,
     ]
     clock.t += 3600
     assert d.liveness.problems() == []  # no loop yet (a standby): only the watches count
@@ -750,11 +754,13 @@ def test_storage_is_watched_only_when_a_profile_has_a_volume_plugin() -> None:
     d = Daemon(None, config, registry, make_logger(io.StringIO()))  # type: ignore[arg-type]
     assert d.volumes is None
     assert d.pod_groups is not None  # the profile keeps GangScheduling
+    assert d.dra is not None  # and DynamicResources
     assert d.liveness.watches == [
         d.node_watch,
         d.pod_watch,
         d.namespace_watch,
         *d.pod_groups.reflectors,
+        *d.dra.reflectors,
     ]
 
 
