@@ -30,6 +30,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -62,6 +64,8 @@ from gpusched.model.dra import AllocationResult, Device, ResourceClaim, Resource
 from gpusched.model.pod import PodInfo
 from gpusched.plugins.dynamic_resources.args import DynamicResourcesArgs
 from gpusched.plugins.helper.args import checked_args
+
+_log = logging.getLogger(__name__)
 
 NAME = "DynamicResources"
 # resource.k8s.io/v1 ResourceClaimReservedForMaxSize.
@@ -396,6 +400,10 @@ class DynamicResources:
             done = allocated.get(claim.uid)
             if done is not None and done.allocation is not None:
                 written, st = await dra.allocate(claim, done.allocation, pod)
+                # Written or not, it is no longer in flight (the port ended it). A written
+                # allocation must not be forgotten by Unreserve: its devices stay in use
+                # (the port keeps the written copy until the watch shows it).
+                cyc.assumed = tuple(c for c in cyc.assumed if c.uid != claim.uid)
             elif any(c.uid == pod.uid for c in claim.reserved_for):
                 continue
             else:
@@ -404,19 +412,23 @@ class DynamicResources:
                 return st.with_plugin(NAME)
             if written is not None:
                 cyc.reserved.append(written)
-        cyc.assumed = ()
         return Status()
 
     # -- helpers -----------------------------------------------------------------------------
 
-    def _spawn(self, work: Any) -> None:
+    def _spawn(self, work: Coroutine[Any, Any, object]) -> None:
         """Run a write of the port in the background (Unreserve and PostFilter are not
-        coroutines); without a running loop (a synchronous simulation) it runs to its
-        end here."""
+        coroutines). Without a running loop (the simulator, whose ports never suspend) it
+        runs to its end here."""
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
-            asyncio.run(work)
+            try:
+                work.send(None)
+            except StopIteration:
+                return
+            work.close()
+            _log.error("DynamicResources: a port write suspended without an event loop")
             return
         task = loop.create_task(work)
         self._tasks.add(task)
