@@ -875,6 +875,17 @@ class Allocator:
             raise _FatalError(f"{where}: selector #{i}: CEL compile error: {got[1]}")
         return got[0]
 
+    def validate(self, claim: ResourceClaim) -> str:
+        """Why the claim cannot be allocated on any node ("" when it may be): a malformed
+        claim, a missing or malformed class, a selector that does not compile. kube finds
+        these in Filter and ends the attempt with an Error; they do not depend on the node,
+        so the plugin asks once, at PreFilter."""
+        try:
+            self.prepare(claim)
+        except _FatalError as e:
+            return str(e)
+        return ""
+
     def prepare(self, claim: ResourceClaim) -> list[list[_Req]]:
         """The claim's requests validated against the classes (kube's checks that do not
         depend on the node), kept for this claim object: allocate runs once per node."""

@@ -172,6 +172,12 @@ class DraPort(Protocol):
         """Every claim with an allocation, by anyone, including our in-flight ones."""
         ...
 
+    def allocating(self, uid: str) -> bool:
+        """An allocation of ours for the claim is in flight: Reserve decided it and the
+        binding cycle has not ended (kube's ClaimHasPendingAllocation). Another pod using
+        the claim waits for it."""
+        ...
+
     def assume(self, claim: ResourceClaim) -> None:
         """Count `claim` (with the allocation we decided on) as allocated until `allocate`
         ends or `forget`."""
@@ -340,6 +346,9 @@ class DraView:
 
     # -- in-flight --------------------------------------------------------------------------
 
+    def allocating(self, uid: str) -> bool:
+        return uid in self.inflight
+
     def assume(self, claim: ResourceClaim) -> None:
         self.inflight[claim.uid] = claim
         self._changed()
@@ -387,6 +396,9 @@ class NoDra:
 
     def allocated_claims(self) -> tuple[ResourceClaim, ...]:
         return ()
+
+    def allocating(self, uid: str) -> bool:
+        return False
 
     def assume(self, claim: ResourceClaim) -> None:
         return None

@@ -213,17 +213,25 @@ class DynamicResources:
         dra = self.handle.dra
         to_allocate: list[ResourceClaim] = []
         for claim in claims:
+            if dra.allocating(claim.uid):
+                # Another pod's cycle allocated it and its binding cycle has not written it
+                # yet (the port shows the claim allocated meanwhile): wait for the write,
+                # as kube does for its inFlightAllocations.
+                return None, unresolvable(
+                    f"resource claim {claim.namespace}/{claim.name} is in the process of"
+                    " being allocated"
+                )
             mine = any(c.uid == pod.uid for c in claim.reserved_for)
             if claim.allocation is not None:
                 if len(claim.reserved_for) >= RESERVED_FOR_MAX and not mine:
                     return None, unresolvable(IN_USE)
                 continue
-            held = dra.claim(claim.namespace, claim.name)
-            if held is not None and held.allocation is not None:
-                return None, unresolvable(
-                    f"resource claim {claim.namespace}/{claim.name} is in the process of"
-                    " being allocated"
-                )
+            for request in claim.requests:
+                for sub in request.alternatives:
+                    what = f"{request.name}/{sub.name}" if request.first_available else sub.name
+                    st = self._check_class(sub.device_class, what)
+                    if st is not None:
+                        return None, st
             to_allocate.append(claim)
         allocator = None
         if to_allocate:
@@ -241,6 +249,12 @@ class DynamicResources:
                 self.selectors,
                 timeout=self.args.filter_timeout_seconds,
             )
+            for claim in to_allocate:
+                # What fails on every node (a malformed claim or class, a selector that
+                # does not compile) ends the attempt with an Error, as kube's Filter does.
+                why = allocator.validate(claim)
+                if why:
+                    return None, Status(Code.ERROR, (why,))
         state.write(_CYCLE, _Cycle(claims, tuple(to_allocate), allocator))
         rows = None
         if to_allocate and self._only_local():
@@ -250,6 +264,16 @@ class DynamicResources:
                 sorted(r for n in with_slices if (r := snap.row_of(n)) >= 0), dtype=np.int64
             )
         return PreFilterResult(rows), Status()
+
+    def _check_class(self, name: str, request: str) -> Status | None:
+        """kube's validateDeviceClass: a class that does not exist (yet) makes the pod wait
+        for a DeviceClass event; a request without one is an API this version does not
+        know."""
+        if not name:
+            return Status(Code.ERROR, (f"request {request}: unsupported request type",))
+        if self.handle.dra.device_class(name) is None:
+            return unresolvable(f"request {request}: device class {name} does not exist")
+        return None
 
     # -- Filter ------------------------------------------------------------------------------
 
