@@ -38,7 +38,14 @@ from gpusched.model.dra import (
     ResourceClaim,
     ResourceSlice,
 )
-from gpusched.model.node import DRA_GPU_SOURCE, FULL_CARD_MILLI, NO_GPU_SOURCE, Card, NodeModel
+from gpusched.model.node import (
+    DRA_GPU_SOURCE,
+    FULL_CARD_MILLI,
+    GFD_GPU_SOURCE,
+    NO_GPU_SOURCE,
+    Card,
+    NodeModel,
+)
 
 GPU_DRIVER = "gpu.nvidia.com"
 # The DeviceClasses whose requests are card-shaped unless configured otherwise.
@@ -224,8 +231,13 @@ def charge_of(
 def with_dra_cards(node: NodeModel, slices: Iterable[ResourceSlice], max_cards: int) -> NodeModel:
     """The node with its cards from its slices, when it has no other source of cards (a
     node the device plugin or `gpusched agent` describes keeps those: one owner per card).
-    Idempotent: a node whose cards came from slices is derived again from the slices."""
-    if node.gpu_source not in (NO_GPU_SOURCE, DRA_GPU_SOURCE):
+    GPU Feature Discovery's labels alone are no owner: they describe the hardware on DRA
+    nodes too (the GPU Operator runs GFD whether or not the device plugin runs), so a
+    node they describe without the device plugin's allocatable `nvidia.com/gpu` takes its
+    cards from its slices when it has any. Idempotent: a node whose cards came from slices
+    is derived again from the slices."""
+    labelled_only = node.gpu_source == GFD_GPU_SOURCE and node.allocatable_gpus < 0
+    if node.gpu_source not in (NO_GPU_SOURCE, DRA_GPU_SOURCE) and not labelled_only:
         return node
     found = card_map(node.name, slices, max_cards)
     if not found.cards:

@@ -20,6 +20,7 @@ FULL_CARD_MILLI = 1000
 
 
 DRA_GPU_SOURCE = "dra"  # NodeModel.gpu_source when the cards come from ResourceSlices
+GFD_GPU_SOURCE = "gfd"  # ... from GPU Feature Discovery's labels
 NO_GPU_SOURCE = "none"
 
 
@@ -296,7 +297,7 @@ def node_from_k8s(obj: object, topo: TopologyKeys | None = None) -> NodeModel:
         elif count > 0:
             cards, gfd_warnings = _gfd_cards(labels, count)
             warnings += gfd_warnings
-            source = "gfd"
+            source = GFD_GPU_SOURCE
     if source == "inventory" and gpus >= 0 and gpus < len(cards):
         # The device plugin advertises fewer cards than the inventory lists: the kubelet
         # admits only `gpus`, so the extra cards must not be offered.

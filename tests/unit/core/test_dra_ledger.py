@@ -131,7 +131,12 @@ def test_an_in_flight_allocation_holds_its_card_until_forgotten() -> None:
 
 def test_cards_a_node_owns_otherwise_are_not_charged_from_claims() -> None:
     # A device-plugin node that also has a slice: its cards are the device plugin's.
-    plain = node("n1", cards=tuple(Card(i, "A100", FULL) for i in range(2)), gpu_source="gfd")
+    plain = node(
+        "n1",
+        cards=tuple(Card(i, "A100", FULL) for i in range(2)),
+        gpu_source="gfd",
+        allocatable_gpus=2,
+    )
     sim, dra = sim_with(plain, slices=[gpu_slice("n1", 2)])
     put(dra, gpu_claim("c", allocation=gpu_allocation("n1", 0)))
     assert cards(sim, "n1")[0] == [1000, 1000]

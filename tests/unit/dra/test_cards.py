@@ -3,6 +3,7 @@ request, and the card shares allocated devices hold."""
 
 from __future__ import annotations
 
+import dataclasses
 from decimal import Decimal
 from typing import Any
 
@@ -106,8 +107,18 @@ def test_a_node_takes_its_cards_from_slices_only_when_it_has_none_of_its_own() -
     got = with_dra_cards(bare(), slices, 8)
     assert got.gpu_source == "dra" and len(got.cards) == 2
     assert with_dra_cards(got, slices, 8) == got  # idempotent
-    plugin = bare(cards=(Card(0, "A100", 81920),), gpu_source="gfd")
+    plugin = bare(cards=(Card(0, "A100", 81920),), gpu_source="inventory", allocatable_gpus=1)
     assert with_dra_cards(plugin, slices, 8) is plugin  # one owner per card
+    # GPU Feature Discovery's labels without the device plugin's allocatable: the slices
+    # own the cards; with the device plugin advertising nvidia.com/gpu, they do not.
+    labelled = bare(cards=(Card(0, "A100", 81920),), gpu_source="gfd", allocatable_gpus=-1)
+    took = with_dra_cards(labelled, slices, 8)
+    assert (
+        took.gpu_source == "dra" and [c.model for c in took.cards] == ["NVIDIA-A100-SXM4-80GB"] * 2
+    )
+    assert with_dra_cards(labelled, [], 8) is labelled  # no slices: the labels stand
+    advertised = dataclasses.replace(labelled, allocatable_gpus=1)
+    assert with_dra_cards(advertised, slices, 8) is advertised
     # Its slices went away: a DRA node becomes a CPU node again.
     gone = with_dra_cards(got, [], 8)
     assert gone.gpu_source == "none" and gone.cards == ()

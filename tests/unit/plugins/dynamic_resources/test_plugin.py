@@ -72,6 +72,7 @@ def plugin_node(name: str, cards: int = 8) -> NodeModel:
         dra_node(name),
         cards=tuple(Card(i, "NVIDIA-A100-SXM4-80GB", 81920) for i in range(cards)),
         gpu_source="gfd",
+        allocatable_gpus=cards,
     )
 
 
