@@ -18,9 +18,10 @@ from collections.abc import Mapping
 from decimal import Decimal
 
 from gpusched.core.cache.cache import ClusterCache, DeviceCharge
+from gpusched.dra.allocator import same_slices
 from gpusched.dra.cards import CardMap, DeviceId, card_map, charge_of
 from gpusched.framework.dra import DraPort
-from gpusched.model.dra import ResourceSlice
+from gpusched.model.dra import ResourceClaim, ResourceSlice
 
 
 class DraLedger:
@@ -33,6 +34,8 @@ class DraLedger:
         self._maps: dict[str, CardMap] = {}
         self._where: dict[DeviceId, str] = {}  # card device -> its node
         self.charged: set[str] = set()  # keys charged in the cache
+        # claim uid -> (the claim object last charged, its charges by key)
+        self._memo: dict[str, tuple[ResourceClaim, dict[str, DeviceCharge]]] = {}
 
     def card_map(self, node: str) -> CardMap:
         """The node's cards as the last sync saw them (an empty map for a non-DRA node)."""
@@ -43,40 +46,50 @@ class DraLedger:
         if version == self._seen:
             return
         self._seen = version
-        self._index_cards()
+        if self._index_cards():
+            self._memo.clear()  # card positions moved: every claim's charge again
         wanted: dict[str, DeviceCharge] = {}
+        memo: dict[str, tuple[ResourceClaim, dict[str, DeviceCharge]]] = {}
         for claim in self.dra.allocated_claims():
-            if claim.allocation is None:
-                continue
-            by_node: dict[str, list[tuple[DeviceId, Mapping[str, Decimal]]]] = {}
-            for r in claim.allocation.results:
-                # Admin access does not hold the device (kube's allocated-device tracking).
-                node = None if r.admin_access else self._where.get(r.device_id)
-                if node is not None:
-                    by_node.setdefault(node, []).append((r.device_id, r.consumed_capacity))
-            for node, results in by_node.items():
-                charge = charge_of(results, self._maps[node])
-                if charge.cards:
-                    wanted[f"{claim.uid}@{node}"] = DeviceCharge(
-                        node, charge.cards, charge.milli, charge.mem_mib
-                    )
+            seen = self._memo.get(claim.uid)
+            # Claims are frozen: the same object holds the same charge.
+            charges = seen[1] if seen is not None and seen[0] is claim else self._charges(claim)
+            memo[claim.uid] = (claim, charges)
+            wanted.update(charges)
+        self._memo = memo
         for key in self.charged - wanted.keys():
             self.cache.release_devices(key)
         for key, held in wanted.items():
             self.cache.charge_devices(key, held)
         self.charged = set(wanted)
 
-    def _index_cards(self) -> None:
+    def _charges(self, claim: ResourceClaim) -> dict[str, DeviceCharge]:
+        """The claim's card charges, one per node its card devices are on."""
+        out: dict[str, DeviceCharge] = {}
+        if claim.allocation is None:
+            return out
+        by_node: dict[str, list[tuple[DeviceId, Mapping[str, Decimal]]]] = {}
+        for r in claim.allocation.results:
+            # Admin access does not hold the device (kube's allocated-device tracking).
+            node = None if r.admin_access else self._where.get(r.device_id)
+            if node is not None:
+                by_node.setdefault(node, []).append((r.device_id, r.consumed_capacity))
+        for node, results in by_node.items():
+            charge = charge_of(results, self._maps[node])
+            if charge.cards:
+                out[f"{claim.uid}@{node}"] = DeviceCharge(
+                    node, charge.cards, charge.milli, charge.mem_mib
+                )
+        return out
+
+    def _index_cards(self) -> bool:
         """Which node's card each card device is; again when a slice or a node's cards
-        changed (a node that arrives after its slices, a node that becomes DRA)."""
+        changed (a node that arrives after its slices, a node that becomes DRA). True when
+        it was rebuilt."""
         slices = self.dra.slices()
         snap = self.cache.snapshot
-        if (
-            snap.card_layout == self._layout
-            and len(slices) == len(self._slices)
-            and all(a is b for a, b in zip(slices, self._slices, strict=True))
-        ):
-            return
+        if snap.card_layout == self._layout and same_slices(slices, self._slices):
+            return False
         self._slices = slices
         self._layout = snap.card_layout
         self._maps = {}
@@ -90,3 +103,4 @@ class DraLedger:
             self._maps[node] = found
             for device in found.devices:
                 self._where[device] = node
+        return True

@@ -155,6 +155,12 @@ def _newest_slices(slices: Iterable[ResourceSlice]) -> dict[PoolId, list[Resourc
     return newest
 
 
+def same_slices(a: Sequence[ResourceSlice], b: Sequence[ResourceSlice]) -> bool:
+    """Whether two slice lists hold the very same objects (a port hands out a new tuple on
+    every change, claims' included; what is derived from slices alone still holds)."""
+    return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
+
+
 def in_use_from_claims(claims: Iterable[ResourceClaim], slices: Iterable[ResourceSlice]) -> InUse:
     """The `InUse` of these claims' allocations (unallocated claims are skipped).
 

@@ -46,6 +46,7 @@ from gpusched.dra.allocator import (
     SliceIndex,
     in_use_from_claims,
     node_selector_matches,
+    same_slices,
 )
 from gpusched.dra.cards import CardMap, DeviceId, card_demand, card_map
 from gpusched.dra.cel import Selectors
@@ -169,7 +170,9 @@ class DynamicResources:
 
     def _slice_index(self) -> SliceIndex:
         slices = self.handle.dra.slices()
-        if self._index is None or self._index[0] is not slices:
+        # Kept while the slices are the same objects: its per-node pool views and selector
+        # results are most of a node's Filter cost.
+        if self._index is None or not same_slices(self._index[0], slices):
             self._index = (slices, SliceIndex(slices))
         return self._index[1]
 
