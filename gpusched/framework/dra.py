@@ -36,9 +36,10 @@ simulator, unit tests).
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import itertools
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from datetime import UTC, datetime
 from typing import Protocol
 
@@ -211,6 +212,10 @@ class DraPort(Protocol):
         PostFilter), conditional on its resourceVersion."""
         ...
 
+    async def settled(self, uids: Collection[str], timeout: float) -> bool:  # noqa: ASYNC109
+        """Wait (at most `timeout` s) until the watch shows our writes of these claims."""
+        ...
+
 
 class DraView:
     """The state both the daemon's and the in-memory port keep: the watched objects,
@@ -226,6 +231,8 @@ class DraView:
         self.inflight: dict[str, ResourceClaim] = {}  # uid -> claim with our allocation
         self.written: dict[str, ResourceClaim] = {}  # uid -> claim we wrote, not yet seen
         self._version = 0
+        # Set (and dropped) at the next change: what `settled` waits on.
+        self._waiter: asyncio.Event | None = None
         # What the reads derived, and at which version.
         self._slices_at: tuple[int, tuple[ResourceSlice, ...]] = (-1, ())
         self._pools_at: tuple[int, Mapping[PoolKey, tuple[ResourceSlice, ...]]] = (-1, {})
@@ -235,6 +242,29 @@ class DraView:
 
     def _changed(self) -> None:
         self._version += 1
+        if self._waiter is not None:
+            self._waiter.set()
+            self._waiter = None
+
+    async def settled(self, uids: Collection[str], timeout: float) -> bool:  # noqa: ASYNC109
+        """Wait until the watch shows every claim we wrote among `uids` (at least at the
+        version we wrote), at most `timeout` seconds: True when it does. Until then an
+        earlier write by someone else may not have reached us yet."""
+        if not any(u in self.written for u in uids):
+            return True  # the simulator's writes are seen at once: no loop needed
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while any(u in self.written for u in uids):
+            left = deadline - loop.time()
+            if left <= 0:
+                return False
+            if self._waiter is None:
+                self._waiter = asyncio.Event()
+            try:
+                await asyncio.wait_for(self._waiter.wait(), left)
+            except TimeoutError:
+                return False
+        return True
 
     @property
     def version(self) -> int:
@@ -418,6 +448,9 @@ class NoDra:
 
     async def unreserve(self, claim: ResourceClaim, pod: PodInfo) -> Status:
         return Status()
+
+    async def settled(self, uids: Collection[str], timeout: float) -> bool:  # noqa: ASYNC109
+        return True
 
     async def deallocate(self, claim: ResourceClaim, pod: PodInfo) -> Status:
         return write_failure("no Dynamic Resource Allocation in this cluster")

@@ -72,6 +72,9 @@ NAME = "DynamicResources"
 # resource.k8s.io/v1 ResourceClaimReservedForMaxSize.
 RESERVED_FOR_MAX = 256
 NOT_AVAILABLE = "resourceclaim not available on the node"
+# How long PreBind waits for the watch to show its allocation writes before checking them
+# against other schedulers' (it binds unchecked after that, with a warning).
+SETTLE_SECONDS = 5.0
 IN_USE = "resourceclaim in use"
 
 
@@ -423,6 +426,7 @@ class DynamicResources:
             return Status()
         dra = self.handle.dra
         allocated = {c.uid: c for c in cyc.assumed}
+        ours: list[ResourceClaim] = []  # what this PreBind allocated and wrote
         for claim in cyc.claims:
             done = allocated.get(claim.uid)
             if done is not None and done.allocation is not None:
@@ -439,7 +443,58 @@ class DynamicResources:
                 return st.with_plugin(NAME)
             if written is not None:
                 cyc.reserved.append(written)
-        return Status()
+                if done is not None:
+                    ours.append(written)
+        return await self._verify(pod, ours)
+
+    async def _verify(self, pod: PodInfo, ours: list[ResourceClaim]) -> Status:
+        """Another scheduler (kube-scheduler's DynamicResources) may have given one of our
+        devices to another claim between our Reserve and our write: the API server checks
+        no device across claims. Once the watch shows our writes (so every write before
+        them has reached us too), a device also held by another claim means we lost the
+        race: our allocations are cleared and the pod tries again. A write the other side
+        makes after it (its Reserve having missed ours) remains possible: that window is
+        its own informer's lag (README, "Next to kube-scheduler")."""
+        if not ours:
+            return Status()
+        dra = self.handle.dra
+        if not await dra.settled([c.uid for c in ours], SETTLE_SECONDS):
+            _log.warning(
+                "pod %s: the claims watch did not show our allocations within %.0fs;"
+                " binding without checking them against other schedulers' writes",
+                pod.key,
+                SETTLE_SECONDS,
+            )
+            return Status()
+        mine = {c.uid for c in ours}
+        held: dict[tuple[str, str, str], str] = {}
+        for other in dra.allocated_claims():
+            if other.uid in mine or other.allocation is None:
+                continue
+            for r in other.allocation.results:
+                if not r.admin_access and not r.share_id:
+                    held[r.device_id] = other.key
+        clashes = [
+            (r.device_id, held[r.device_id])
+            for c in ours
+            if c.allocation is not None
+            for r in c.allocation.results
+            if not r.admin_access and r.device_id in held
+        ]
+        if not clashes:
+            return Status()
+        for c in ours:
+            await dra.deallocate(c, pod)
+        (driver, pool, device), other_key = clashes[0]
+        return Status(
+            Code.ERROR,
+            (
+                f"device {driver}/{pool}/{device} was also allocated to claim {other_key}"
+                " by another scheduler meanwhile; our allocation was cleared and the pod"
+                " is tried again",
+            ),
+            NAME,
+        )
 
     # -- helpers -----------------------------------------------------------------------------
 

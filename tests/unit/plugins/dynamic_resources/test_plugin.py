@@ -588,6 +588,63 @@ def test_pre_bind_conflict_fails_the_binding_and_the_pod_retries_without_double_
     assert free(sim, "n1") == [1000] * 7 + [0]
 
 
+class ClashingDra(MemoryDra):
+    """A MemoryDra where, once, another scheduler gives the device we are about to write
+    (our Reserve's choice) to a different claim `theirs` just before our write lands: the
+    API server checks no device across claims."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.armed = True
+
+    async def allocate(
+        self, claim: ResourceClaim, allocation: AllocationResult, pod: PodInfo
+    ) -> tuple[ResourceClaim | None, Status]:
+        if self.armed:
+            self.armed = False
+            device = allocation.results[0].device
+            index = int(device.rsplit("-", 1)[1])
+            self.put_claim(
+                resource_claim_from_k8s(
+                    gpu_claim(
+                        "theirs",
+                        rv="60",
+                        allocation=gpu_allocation("n1", index),
+                        reserved_for=[{"resource": "pods", "name": "other", "uid": "uid-o"}],
+                    )
+                )
+            )
+        return await super().allocate(claim, allocation, pod)
+
+
+def test_a_device_another_scheduler_gave_to_another_claim_meanwhile_is_given_up() -> None:
+    """PreBind checks its written allocations against every other claim once the watch
+    shows them: the clash is undone (our allocation cleared, the binding failed), and the
+    retry takes another card, so no device is held by two claims."""
+    dra = ClashingDra()
+    sim, _ = world(dra_node("n1"), dra=dra)
+    claim(dra, gpu_claim("mine"))
+    d = sim.submit(claimed("p", "mine"))
+    assert d.result is Result.ERROR
+    assert "was also allocated to claim ns/theirs by another scheduler meanwhile" in d.message
+    assert "uid-p" not in sim.cluster.bound
+    got = dra.claim("ns", "mine")
+    assert got is not None and got.allocation is None and not got.reserved_for
+    theirs = dra.claim("ns", "theirs")
+    assert theirs is not None and theirs.allocation is not None
+    taken = theirs.allocation.results[0].device
+    bound: list[Decision] = []
+    sim.on_bound(bound.append)
+    sim.events.dra_changed(DraChange(CLAIMS, "ns", "mine", deallocated=True))
+    sim.advance(sim.clock() + 60)
+    assert [(x.pod.name, x.node) for x in bound] == [("p", "n1")]
+    got = dra.claim("ns", "mine")
+    assert got is not None and got.allocation is not None
+    assert got.allocation.results[0].device != taken
+    settle(sim)
+    assert sorted(free(sim, "n1")).count(0) == 2  # theirs and ours, one card each
+
+
 class FailReserve:
     """A Reserve plugin after DynamicResources that always refuses."""
 
