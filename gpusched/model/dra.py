@@ -15,9 +15,10 @@ Malformed objects never raise: parsing records `errors` on the object, and whoev
 (the allocator, the plugin) refuses it with that message.
 
 Qualified names: a slice's unqualified attribute and capacity names (and a result's
-consumedCapacity names) are qualified with the driver at parse time; a request's
-`capacity.requests` names stay as written, because an unqualified one means "the driver of
-the device under evaluation", which only the allocator knows (`qualify`).
+consumedCapacity names) are qualified with the driver at parse time (and a result's are
+written back unqualified when in the driver's domain); a request's `capacity.requests`
+names stay as written, because an unqualified one means "the driver of the device under
+evaluation", which only the allocator knows (`qualify`).
 """
 
 from __future__ import annotations
@@ -1002,7 +1003,15 @@ def _result_to_k8s(r: DeviceResult) -> dict[str, object]:
     if r.share_id:
         out["shareID"] = r.share_id
     if r.consumed_capacity:
-        out["consumedCapacity"] = {k: format_quantity(v) for k, v in r.consumed_capacity.items()}
+        # Names in the driver's domain are written unqualified, the spelling a slice
+        # normally publishes them in and kube's allocator writes (capacityNameForStatus):
+        # kube-scheduler 1.36 and drivers look consumedCapacity up by that spelling, so a
+        # qualified "gpu.nvidia.com/memory" went uncounted by kube-scheduler, which then
+        # over-filled the shared device (tests/integration/test_dra.py).
+        prefix = f"{r.driver}/"
+        out["consumedCapacity"] = {
+            k.removeprefix(prefix): format_quantity(v) for k, v in r.consumed_capacity.items()
+        }
     return out
 
 
