@@ -14,8 +14,9 @@ by the checks below of what kube's allocator requires of a claim it accepts.
 * kube-scheduler and gpusched allocate on the same two nodes, demand above supply, each
   pod created once the one before it is decided: nothing over-allocated, exactly as many
   pods run as there are devices, the rest wait with FailedScheduling and get the devices
-  freed by deleted pods. Created all at once, both schedulers take the same free devices
-  (a race neither can see: a strict xfail documents it).
+  freed by deleted pods. Created all at once, the same free device can go to two claims
+  (a race neither scheduler can see); gpusched gives up what it wrote second, so what
+  stays doubled was written last by kube-scheduler.
 * A Job whose pod template names a ResourceClaimTemplate runs to completion.
 * A claim naming a missing DeviceClass (kube's PreFilter message; the pod runs once the
   class exists) and one whose selector fails at run time give the pod a FailedScheduling
@@ -432,7 +433,7 @@ async def test_both_schedulers_share_the_devices_without_over_allocating(
 ) -> None:
     """Eight pods alternating schedulers for 2 nodes x 2 GPUs, each created once the one
     before it is decided (running or refused): each scheduler must see the other's
-    allocations in the API. (At the very same moment they cannot: see the next test.)"""
+    allocations in the API. (At the very same moment they cannot: the next test.)"""
     ns = namespace
     pool = pool_name()
     await kube.post(TEMPLATES.format(namespace=ns), one_gpu_template())
@@ -482,16 +483,18 @@ async def test_both_schedulers_share_the_devices_without_over_allocating(
         await assert_audit_clean(kube, pool)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a known race: two schedulers deciding within each other's watch latency both"
-    " take the same free device (different claims; the API has no per-device lock, and"
-    " kube-scheduler never re-checks); measured 2-4 of 4 devices doubled",
-)
 async def test_both_schedulers_at_the_same_moment(
     cluster: LocalCluster, kube: Kube, namespace: str, tmp_path: Path
 ) -> None:
-    """The same eight pods created all at once: nothing may be over-allocated."""
+    """The same eight pods created all at once. Neither scheduler can see what the other
+    decides within its watch latency, and the API checks no device across claims, so the
+    same free device can go to two claims. gpusched's part: once its write shows in the
+    watch it checks it against every other claim (PreBind) and gives up a device another
+    claim got first, so every device that ends up doubled was last written by
+    kube-scheduler, which never re-checks. (Measured on this machine: 0-2 of the 4 devices
+    doubled per run; before that check, 2-4. Some of those doubles are kube-scheduler
+    against itself: its allocated-device set is not reference-counted, so when gpusched
+    gives up a device both held, kube-scheduler forgets its own claim still has it.)"""
     ns = namespace
     pool = pool_name()
     await kube.post(TEMPLATES.format(namespace=ns), one_gpu_template())
@@ -509,8 +512,22 @@ async def test_both_schedulers_at_the_same_moment(
             timeout=60,
             what="every pod running or refused",
         )
-        await assert_audit_clean(kube, pool)
-        assert sum(phase(found[f"{ns}/{n}"]) == "Running" for n in names) == 4
+        running_pods = [n for n in names if phase(found[f"{ns}/{n}"]) == "Running"]
+        assert len(running_pods) >= 4, running_pods
+        listing = await kube.get(claims_path(ns))
+        claims = {f"{ns}/{c['metadata']['name']}": c for c in listing["items"]}
+        violations = [v for v in await audit(kube.get) if pool in v.subject or pool in v.message]
+        assert [v for v in violations if v.kind != "double-allocation"] == [], violations
+        extra = 0
+        for v in violations:
+            holders = [claims[k] for k in v.message.split(" to ", 1)[1].split(", ")]
+            extra += len(holders) - 1
+            # The allocation written last (claims are written in one order by etcd).
+            last = max(holders, key=lambda c: int(c["metadata"]["resourceVersion"]))
+            owner = last["metadata"]["ownerReferences"][0]["name"]
+            assert owner.startswith("ks-"), (v, [c["metadata"] for c in holders])
+        # Doubled devices aside, each running pod has a device of its own.
+        assert len(running_pods) == 4 + extra, (running_pods, violations)
 
 
 # -- 3. a Job's ResourceClaimTemplate ------------------------------------------------------------
