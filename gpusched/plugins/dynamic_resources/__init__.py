@@ -1,4 +1,4 @@
-"""DynamicResources: pods with DRA resourceClaims are refused with a clear reason, for now."""
+"""DynamicResources: gpusched allocates pods' DRA ResourceClaims (plugin.py, README.md)."""
 
 from gpusched.plugins.dynamic_resources.plugin import DynamicResources
 
