@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from gpusched.core.schedule_one import Result
 from gpusched.model.pod import PodRequest
 from gpusched.model.share import share_on_card
 from gpusched.plugins import default_registry
-from gpusched.core.schedule_one import Result
 from gpusched.sim.engine import Simulation
 from gpusched.sim.fgd_protocol import SeedRun, Trace, load_trace, policy_profile, run_seed
 from gpusched.sim.fgd_workload import build_workload
