@@ -3,9 +3,13 @@ does: same node, same cards, same shares, same allocation curve."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
 import pytest
 
+from gpusched.cli import build_parser, main
 from gpusched.core.schedule_one import Result
 from gpusched.model.pod import PodRequest
 from gpusched.model.share import share_on_card
@@ -13,9 +17,10 @@ from gpusched.plugins import default_registry
 from gpusched.sim.engine import Simulation
 from gpusched.sim.fgd_protocol import SeedRun, Trace, load_trace, policy_profile, run_seed
 from gpusched.sim.fgd_workload import build_workload
-from gpusched.sim.openb import TraceNode, TracePod
+from gpusched.sim.openb import POD_COLUMNS, TraceNode, TracePod
 from gpusched.sim.trace_cluster import CARD_MEMORY_MIB, pod_info
 from gpusched.sim.trace_dra import (
+    MEMORY_SHAPES,
     UNIFORM_MEMORY_MIB,
     claim_for,
     dra_fleet,
@@ -180,3 +185,65 @@ def test_dropped_pods_lose_their_claims_and_placed_ones_hold_theirs() -> None:
             assert f.dra.claim(claim.namespace, claim.name) is None
     # b did not fit beside a; c did, on the same card.
     assert held == {"a": ((0,), (600,)), "c": ((0,), (400,))}
+
+
+def test_cli_dra_mode_reports_what_the_annotation_path_does(tmp_path: Path) -> None:
+    nodes = [n for n in fleet() if n.gpu]
+    (tmp_path / "openb_node_list_gpu_node.csv").write_text(
+        "sn,cpu_milli,memory_mib,gpu,model\n"
+        + "".join(f"{n.sn},{n.cpu_milli},{n.memory_mib},{n.gpu},{n.model}\n" for n in nodes)
+    )
+    (tmp_path / "openb_pod_list_gen.csv").write_text(
+        ",".join(POD_COLUMNS)
+        + "\n"
+        + "".join(
+            f"{p.name},{p.cpu_milli},{p.memory_mib},{p.num_gpu},{p.gpu_milli},{p.gpu_spec},"
+            "LS,Running,0,10,0\n"
+            for p in pods(150)
+        )
+    )
+    out = {}
+    for mode in ([], ["--dra"]):
+        path = tmp_path / f"out{len(mode)}.json"
+        code = main(
+            [
+                "simulate",
+                "--protocol=fgd",
+                f"--trace-dir={tmp_path}",
+                "--pods=openb_pod_list_gen.csv",
+                "--seeds=47",
+                "--policies=FGD",
+                f"--json-out={path}",
+                f"--reference-dir={tmp_path}",
+                *mode,
+            ]
+        )
+        assert code == 0
+        out[len(mode)] = json.loads(path.read_text())["policies"]["FGD"]
+    assert out[0]["unallocated_pct_at_100"] == out[1]["unallocated_pct_at_100"]
+
+
+def test_cli_dra_choices_are_the_memory_shapes() -> None:
+    """Listed literally in the parser (like the tie-breaks); they must not drift."""
+    parser = build_parser()
+    assert parser.parse_args(["simulate"]).dra is None
+    assert parser.parse_args(["simulate", "--dra"]).dra == MEMORY_SHAPES[0]
+    for shape in MEMORY_SHAPES:
+        assert parser.parse_args(["simulate", "--dra", shape]).dra == shape
+
+
+def test_model_memory_shape_is_faithful_but_shares_are_absolute() -> None:
+    """With the models' memory a share asks for m/1000 of a 16 GiB card, so on a 32 GiB card
+    it holds half the compute share the annotation path gives it (why "uniform" is the
+    exact shape)."""
+    node = TraceNode("g3", 32000, 262144, 1, "G3")
+    f = dra_fleet([node], "model")
+    assert [c.memory_mib for c in f.card_map("g3").cards] == [CARD_MEMORY_MIB["G3"]]
+    profile = policy_profile("FGD", Trace("one", (node,), ()), 1, REG)
+    sim = Simulation(f.nodes, profile, REG, dra=f.dra)
+    pod = pod_info("s", TracePod("s", 1000, 1024, 1, 500, ""))
+    claim = claim_for(pod, f)
+    assert claim is not None
+    f.dra.put_claim(claim)
+    assert sim.submit(dra_pod(pod, claim)).result is Result.SCHEDULED
+    assert placed_cards(f, claim) == ((0,), (250,))
