@@ -4,6 +4,7 @@ does: same node, same cards, same shares, same allocation curve."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +19,7 @@ from gpusched.sim.engine import Simulation
 from gpusched.sim.fgd_protocol import SeedRun, Trace, load_trace, policy_profile, run_seed
 from gpusched.sim.fgd_workload import build_workload
 from gpusched.sim.openb import POD_COLUMNS, TraceNode, TracePod
-from gpusched.sim.trace_cluster import CARD_MEMORY_MIB, pod_info
+from gpusched.sim.trace_cluster import CARD_MEMORY_MIB, cluster_nodes, pod_info
 from gpusched.sim.trace_dra import (
     MEMORY_SHAPES,
     UNIFORM_MEMORY_MIB,
@@ -247,3 +248,31 @@ def test_model_memory_shape_is_faithful_but_shares_are_absolute() -> None:
     f.dra.put_claim(claim)
     assert sim.submit(dra_pod(pod, claim)).result is Result.SCHEDULED
     assert placed_cards(f, claim) == ((0,), (250,))
+
+
+def test_fgd_prices_an_annotation_memory_share_as_its_compute_share() -> None:
+    """The FGD fix on its own: pods asking a share by gpu-memory-mib (no DRA) go where the
+    same shares asked by gpu-milli go (FGD read gpu_milli only and priced them as no GPU)."""
+    nodes = tuple(TraceNode(f"g-{i}", 64000, 262144, 1 + i % 4, "G2") for i in range(8))
+    trace = Trace("g2", nodes, ())
+    profile = policy_profile("FGD", Trace("g2", nodes, pods(150)), 1, REG)
+    placed: dict[str, list[tuple[str, tuple[int, ...]]]] = {}
+    for how in ("milli", "memory"):
+        sim = Simulation(cluster_nodes(list(trace.nodes)), profile, REG, seed=1)
+        out = placed[how] = []
+        for p in pods(150):
+            pod = pod_info(p.name, p)
+            req = pod.request
+            if how == "memory" and req.gpu_milli and not req.gpu_cards:
+                by_memory = replace(
+                    req, gpu_milli=0, gpu_mem_mib=share_mib(req.gpu_milli, CARD_MEMORY_MIB["G2"])
+                )
+                pod = replace(pod, request=by_memory)
+            d = sim.submit(pod)
+            if d.result is Result.SCHEDULED and d.alloc is not None:
+                out.append((d.node, d.alloc.cards))
+            else:
+                sim.withdraw(pod.uid)
+                out.append(("", ()))
+    assert placed["milli"] == placed["memory"]
+    assert sum(1 for n, _ in placed["memory"] if n) > 30
