@@ -120,6 +120,7 @@ def _cmd_simulate_fgd(args: argparse.Namespace) -> int:
     console.print(
         f"trace {trace.name}: {sum(1 for n in trace.nodes if n.gpu)} GPU nodes,"
         f" {len(trace.pods)} pods; seeds {seeds[0]}..{seeds[-1]}; tie-break {args.tie_break}"
+        + (f"; DRA claims (card memory: {args.dra})" if args.dra else "")
     )
     workloads = {s: build_workload(trace.pods, trace.nodes, s) for s in seeds}
     results: list[PolicyResult] = []
@@ -137,6 +138,7 @@ def _cmd_simulate_fgd(args: argparse.Namespace) -> int:
                 tie_break=args.tie_break,
                 profile=own.get(name),
                 owners=args.owners,
+                dra=args.dra,
             )
             errors += run.errors
             if args.placements_out is not None:
@@ -385,6 +387,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="none: the trace's pods, without owner (the protocol); replicasets: the same"
         " arrivals grouped by shape into seeded ReplicaSets of 3-30 replicas, so"
         " PodTopologySpread's default constraints apply (gpusched/sim/fgd_owners.py)",
+    )
+    fgd.add_argument(
+        "--dra",
+        nargs="?",
+        const="uniform",
+        choices=("uniform", "model"),  # trace_dra.MEMORY_SHAPES (test_trace_dra)
+        help="fgd: nodes publish NVIDIA-shaped ResourceSlices and GPU pods ask through"
+        " ResourceClaims (gpusched/sim/trace_dra.py); cards' memory uniform (default: a"
+        " share's memory request is exact on every card) or the model's (faithful memory,"
+        " shares then relative to a 16 GiB card)",
     )
     fgd.add_argument(
         "--reference-dir", help="published results (default: <trace-dir>/../../reference)"

@@ -201,6 +201,60 @@ def in_use_from_claims(claims: Iterable[ResourceClaim], slices: Iterable[Resourc
     return InUse(frozenset(devices), consumed, counters, frozenset(shares))
 
 
+class InUseTracker:
+    """`in_use_from_claims` kept across calls, for a caller that asks after every change of
+    the claims (one scheduling cycle each): when every claim seen before still has the very
+    same allocation object, only the new claims' results are added; any other change (a claim
+    deallocated or gone, other slices, devices that consume counters) recomputes it all.
+    Allocations are immutable, so identity is enough."""
+
+    def __init__(self) -> None:
+        self._seen: dict[str, AllocationResult] = {}
+        self._slices: tuple[ResourceSlice, ...] | None = None
+        self._counters = False
+        self._in_use = EMPTY_IN_USE
+
+    def update(self, claims: Iterable[ResourceClaim], slices: tuple[ResourceSlice, ...]) -> InUse:
+        allocated = {c.uid: c.allocation for c in claims if c.allocation is not None}
+        if slices is not self._slices:
+            self._slices = slices
+            self._counters = any(d.consumes_counters for s in slices for d in s.devices)
+            self._seen = {}
+        kept = len(self._seen) <= len(allocated) and all(
+            allocated.get(uid) is a for uid, a in self._seen.items()
+        )
+        if self._counters or not kept:
+            self._in_use = in_use_from_claims(
+                (c for c in claims if c.allocation is not None), slices
+            )
+            self._seen = allocated
+            return self._in_use
+        added = [a for uid, a in allocated.items() if uid not in self._seen]
+        if not added:
+            return self._in_use
+        prev = self._in_use
+        devices: set[DeviceId] = set()
+        consumed = dict(prev.consumed_capacity)
+        shares: set[tuple[str, str, str, str]] = set()
+        for alloc in added:
+            for r in alloc.results:
+                if r.admin_access:
+                    continue
+                if r.share_id:
+                    shares.add((r.driver, r.pool, r.device, r.share_id))
+                    per = dict(consumed.get(r.device_id, {}))
+                    for name, q in r.consumed_capacity.items():
+                        per[name] = per.get(name, Decimal(0)) + q
+                    consumed[r.device_id] = per
+                else:
+                    devices.add(r.device_id)
+        self._in_use = InUse(
+            prev.devices | devices, consumed, prev.consumed_counters, prev.share_ids | shares
+        )
+        self._seen = allocated
+        return self._in_use
+
+
 # -- node selection ------------------------------------------------------------------------
 
 

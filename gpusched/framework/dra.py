@@ -233,7 +233,10 @@ class DraView:
         self._version = 0
         # Set (and dropped) at the next change: what `settled` waits on.
         self._waiter: asyncio.Event | None = None
-        # What the reads derived, and at which version.
+        # Moves only when a slice does: what is derived from the slices (the allocator's
+        # slice index and its selector caches) outlives the claims' churn.
+        self._slices_version = 0
+        # What the reads derived, and at which version (of the slices, for slices/pools).
         self._slices_at: tuple[int, tuple[ResourceSlice, ...]] = (-1, ())
         self._pools_at: tuple[int, Mapping[PoolKey, tuple[ResourceSlice, ...]]] = (-1, {})
         self._allocated_at: tuple[int, tuple[ResourceClaim, ...]] = (-1, ())
@@ -287,6 +290,7 @@ class DraView:
             self._by_node.setdefault(rs.node_name, {})[rs.uid] = rs
         else:
             self._unbound[rs.uid] = rs
+        self._slices_version += 1
         self._changed()
 
     def remove_slice(self, rs: ResourceSlice) -> None:
@@ -303,6 +307,7 @@ class DraView:
             if not node:
                 del self._by_node[old.node_name]
         self._unbound.pop(uid, None)
+        self._slices_version += 1
         return True
 
     def put_claim(self, claim: ResourceClaim) -> None:
@@ -329,16 +334,16 @@ class DraView:
         return self.classes.get(name)
 
     def slices(self) -> tuple[ResourceSlice, ...]:
-        if self._slices_at[0] != self._version:
-            self._slices_at = (self._version, tuple(self._slices.values()))
+        if self._slices_at[0] != self._slices_version:
+            self._slices_at = (self._slices_version, tuple(self._slices.values()))
         return self._slices_at[1]
 
     def pools(self) -> Mapping[PoolKey, tuple[ResourceSlice, ...]]:
-        if self._pools_at[0] != self._version:
+        if self._pools_at[0] != self._slices_version:
             grouped: dict[PoolKey, list[ResourceSlice]] = {}
             for rs in self._slices.values():
                 grouped.setdefault((rs.driver, rs.pool), []).append(rs)
-            self._pools_at = (self._version, {k: tuple(v) for k, v in grouped.items()})
+            self._pools_at = (self._slices_version, {k: tuple(v) for k, v in grouped.items()})
         return self._pools_at[1]
 
     def slices_for_node(self, node: str) -> tuple[ResourceSlice, ...]:

@@ -40,6 +40,14 @@ from gpusched.sim.fgd_owners import OWNERS, max_replicas_per_node, replicaset_ow
 from gpusched.sim.fgd_workload import FgdWorkload, build_workload, typical_pods
 from gpusched.sim.openb import DEFAULT_NODE_FILE, TraceNode, TracePod, load_nodes, load_pods
 from gpusched.sim.trace_cluster import cluster_nodes, workload_pods
+from gpusched.sim.trace_dra import (
+    MemoryShape,
+    claim_for,
+    dra_fleet,
+    dra_pod,
+    drop_claim,
+    placed_cards,
+)
 
 # Policy name -> the name the published results use (reference CSV's ``policy`` column).
 PUBLISHED = {
@@ -214,16 +222,23 @@ def run_seed(
     progress: Callable[[int, int], None] | None = None,
     profile: Profile | None = None,
     owners: str = "none",
+    dra: MemoryShape | None = None,
 ) -> SeedRun:
     """One policy on one seed's arrival sequence. `profile`, when given, is a user's
     profile (from a configuration file) measured under the name `policy`. `owners` is
-    "none" (the protocol: pods without owner) or "replicasets" (fgd_owners)."""
+    "none" (the protocol: pods without owner) or "replicasets" (fgd_owners). `dra`, when
+    given, runs the DRA mode (trace_dra.py): nodes publish ResourceSlices (cards' memory
+    of that shape) and GPU pods ask through ResourceClaims."""
     if owners not in OWNERS:
         raise ValueError(f"owners must be one of {', '.join(OWNERS)}, got {owners!r}")
     wl = workload or build_workload(trace.pods, trace.nodes, seed, ratio)
     gpu_nodes = [n for n in trace.nodes if n.gpu > 0]
     profile = profile or policy_profile(policy, trace, seed, registry)
-    sim = Simulation(cluster_nodes(gpu_nodes), profile, registry, seed=seed)
+    fleet = dra_fleet(gpu_nodes, dra) if dra is not None else None
+    if fleet is None:
+        sim = Simulation(cluster_nodes(gpu_nodes), profile, registry, seed=seed)
+    else:
+        sim = Simulation(fleet.nodes, profile, registry, seed=seed, dra=fleet.dra)
     if tie_break == "paper":
         sim.fw.tie_break = first_in_order(sim, wl)
     elif tie_break == "random":
@@ -241,17 +256,33 @@ def run_seed(
     a = u = 0
     dropped = errors = 0
     t0 = time.perf_counter()
-    for i, pod in enumerate(pods):
-        a += pod.request.gpu_milli_total
+    for i, trace_pod in enumerate(pods):
+        a += trace_pod.request.gpu_milli_total
+        pod = trace_pod
+        claim = None
+        if fleet is not None:
+            # The claim exists before its pod is seen, as a user's (or the resourceclaim
+            # controller's, from a template) would.
+            claim = claim_for(pod, fleet)
+            if claim is not None:
+                fleet.dra.put_claim(claim)
+            pod = dra_pod(trace_pod, claim)
         d = sim.submit(pod)
         if d.result is Result.SCHEDULED and d.alloc is not None:
-            u += sum(d.alloc.milli)
+            if fleet is None:
+                cards, milli = d.alloc.cards, d.alloc.milli
+            else:
+                # The claim holds the cards, not the pod (DynamicResources' Reserve).
+                cards, milli = placed_cards(fleet, claim)
+            u += sum(milli)
             nodes.append(d.node)
             if keep_placements:
-                placements.append(Placement(i, pod.name, d.node, d.alloc.cards, d.alloc.milli))
+                placements.append(Placement(i, pod.name, d.node, cards, milli))
         else:
             # The protocol drops a pod no node takes (the daemon's queue would keep it).
             sim.withdraw(pod.uid)
+            if fleet is not None:
+                drop_claim(fleet, claim)
             dropped += 1
             errors += d.result is Result.ERROR
             nodes.append("")

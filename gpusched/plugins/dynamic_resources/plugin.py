@@ -42,9 +42,9 @@ from gpusched.dra.allocator import (
     Allocator,
     FailureKind,
     InUse,
+    InUseTracker,
     Node,
     SliceIndex,
-    in_use_from_claims,
     node_selector_matches,
     same_slices,
 )
@@ -110,6 +110,8 @@ class DynamicResources:
         # Derived from the port, again whenever its version moves.
         self._index: tuple[tuple[ResourceSlice, ...], SliceIndex] | None = None
         self._in_use: tuple[int, InUse] | None = None
+        # Derives what is in use from the claims added since the last cycle only.
+        self._tracker = InUseTracker()
         self._maps: dict[str, tuple[tuple[ResourceSlice, ...], CardMap]] = {}
         self._unbound: tuple[int, bool] = (-1, False)
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -182,7 +184,7 @@ class DynamicResources:
     def _allocated(self) -> InUse:
         dra = self.handle.dra
         if self._in_use is None or self._in_use[0] != dra.version:
-            self._in_use = (dra.version, in_use_from_claims(dra.allocated_claims(), dra.slices()))
+            self._in_use = (dra.version, self._tracker.update(dra.allocated_claims(), dra.slices()))
         return self._in_use[1]
 
     def card_map(self, node: str) -> CardMap:

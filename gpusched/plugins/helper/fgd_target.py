@@ -21,6 +21,7 @@ from gpusched.kernels.dispatch import pick
 from gpusched.kernels.fgd import fgd_delta_nb, fgd_delta_np, fgd_refresh_nb, fgd_refresh_np
 from gpusched.model.node import FULL_CARD_MILLI
 from gpusched.model.pod import PodInfo
+from gpusched.model.share import share_on_card
 from gpusched.plugins.helper.gpu_state import CARD_HINT, GPU_REQUEST
 
 fgd_refresh = pick(fgd_refresh_nb, fgd_refresh_np)
@@ -199,17 +200,20 @@ def score_placements(
     req = pod.request
     request = state.get(GPU_REQUEST)
     allowed = request.allowed if request is not None else snap.allowed_models(req.gpu_models)
-    value, card = cache.delta(
-        snap,
-        rows,
-        cpu=req.cpu_milli,
-        milli=req.gpu_milli if not req.gpu_cards else FULL_CARD_MILLI,
-        cards=req.gpu_cards,
-        allowed=allowed,
-        quantize=quantize,
-        card_by_raw=card_by_raw,
-    )
-    if req.gpu_cards == 0 and req.gpu_milli > 0:
+    if req.gpu_cards == 0 and req.gpu_mem_mib > 0:
+        value, card = _memory_share_delta(cache, snap, rows, pod, allowed, quantize, card_by_raw)
+    else:
+        value, card = cache.delta(
+            snap,
+            rows,
+            cpu=req.cpu_milli,
+            milli=req.gpu_milli if not req.gpu_cards else FULL_CARD_MILLI,
+            cards=req.gpu_cards,
+            allowed=allowed,
+            quantize=quantize,
+            card_by_raw=card_by_raw,
+        )
+    if req.gpu_cards == 0 and (req.gpu_milli > 0 or req.gpu_mem_mib > 0):
         hint = np.full(snap.capacity, -1, np.int16)
         hint[rows] = card
         state.write(CARD_HINT, hint)
@@ -218,3 +222,40 @@ def score_placements(
     # Unquantised: the same sigmoid without the truncation, still in [0, 100].
     out: Scores = 100.0 / (1.0 + np.exp(-np.clip(value, -5e5, 5e5) / 1000.0))
     return out, card
+
+
+def _memory_share_delta(
+    cache: FragCache,
+    snap: NodeColumns,
+    rows: Rows,
+    pod: PodInfo,
+    allowed: NDArray[np.bool_],
+    quantize: bool,
+    card_by_raw: bool,
+) -> tuple[NDArray[np.float64], NDArray[np.int16]]:
+    """A share asked by memory (gpusched.io/gpu-memory-mib, or a DRA claim's memory
+    capacity) holds the compute share it implies on the card (model/share.py), which
+    depends on the card's memory: rows are priced in groups of equal card memory, with the
+    share the node's first card implies (a node mixing card sizes is priced at its first)."""
+    req = pod.request
+    rows_arr = np.asarray(rows)
+    card_mem = snap.card_total_mem[rows_arr, 0]
+    value = np.empty(len(rows_arr), np.float64)
+    card = np.empty(len(rows_arr), np.int16)
+    for mem in np.unique(card_mem):
+        sel = card_mem == mem
+        milli, _ = share_on_card(req, int(mem))
+        v, c = cache.delta(
+            snap,
+            rows_arr[sel],
+            cpu=req.cpu_milli,
+            # Unknown card memory: no share fits (GPUFit's Filter keeps such rows out).
+            milli=milli if milli >= 0 else FULL_CARD_MILLI + 1,
+            cards=0,
+            allowed=allowed,
+            quantize=quantize,
+            card_by_raw=card_by_raw,
+        )
+        value[sel] = v
+        card[sel] = c
+    return value, card
