@@ -19,6 +19,7 @@ from gpusched.devcluster.testkit import wait_pod_scheduled
 from gpusched.kube import JSON, Kube, pod_path
 from tests.integration.daemon_support import (
     SHORT_LEASE,
+    WARM_UP_TIMEOUT,
     daemon_settings,
     node_pool,
     placement,
@@ -94,6 +95,9 @@ async def test_only_the_leader_schedules_and_a_released_lease_passes_at_once(
         assert _decided(standby_stream) == []
         assert (_leader_gauge(leader), _leader_gauge(standby)) == (1, 0)
 
+        # The standby seeks the Lease only once its kernels are compiled (daemon/warmup.py):
+        # what is measured below is the hand-over, not a warm-up still running.
+        await asyncio.wait_for(standby.warmed.wait(), WARM_UP_TIMEOUT)
         # SIGTERM to the leader: it releases the Lease on the way out, and the standby
         # takes it at its next retry instead of waiting for it to expire.
         loop = asyncio.get_running_loop()
