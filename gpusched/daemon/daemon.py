@@ -92,6 +92,9 @@ MAX_WARNED = 4096  # node warnings remembered as reported (and kept for a standb
 # The gang plugin's name: a profile enabling it makes the daemon watch PodGroups and keep
 # their status (named here, not imported: the daemon does not depend on one plugin).
 DRA_PLUGIN = "DynamicResources"
+# How long a stopping leader waits for the status operator's thread before it releases
+# the Lease (its writes are already fenced; a standby should not wait on kopf's shutdown).
+OPERATOR_STOP_WAIT = 1.0
 GANG_PLUGIN = "GangScheduling"
 
 
@@ -424,8 +427,10 @@ class Daemon:
             # First, at once: no new pod is taken (a stop or a lost Lease).
             self.queue.close()
             if self.status_operator is not None:
-                # Then: a replica that lost the Lease must stop writing status now.
-                await self.status_operator.stop()
+                # Then: a replica that lost the Lease must stop writing status now (no
+                # write starts after this; kopf may finish stopping in its own thread
+                # while the Lease goes to the next leader).
+                await self.status_operator.stop(OPERATOR_STOP_WAIT)
             if loop_task is not None:
                 # A loop that died has been reported by _until; the cleanup below must run.
                 await asyncio.gather(loop_task, return_exceptions=True)

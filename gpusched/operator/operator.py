@@ -190,13 +190,16 @@ class StatusOperator:
         self._thread.start()
 
     async def stop(self, timeout: float = 10.0) -> None:  # noqa: ASYNC109
-        """Ask kopf to stop and wait (in a worker thread) for the operator's thread."""
+        """Ask kopf to stop and wait (in a worker thread) for the operator's thread, at
+        most `timeout` seconds. No write starts after the stop flag is set, so a caller
+        may go on (give up the Lease) before kopf has finished: kopf's own shutdown can
+        take seconds (its discovery requests retry with backoff while it is starting)."""
         self._stop.set()
         thread = self._thread
         if thread is not None:
             await asyncio.to_thread(thread.join, timeout)
             if thread.is_alive():
-                log.warning("the PodGroup status operator did not stop within %.0fs", timeout)
+                log.info("the PodGroup status operator is still stopping after %.1fs", timeout)
 
     # -- the operator's thread --------------------------------------------------------------
 
@@ -362,6 +365,8 @@ class StatusOperator:
 
     async def _patch_status(self, index: Index, body: Mapping[str, Any]) -> None:
         assert self._kube is not None
+        if self._stop.is_set():
+            return  # stopping (the Lease is being given up): no write after this point
         api, key = index
         namespace, name = key.split("/", 1)
         path = pod_group_path(api, namespace, name) + "/status"
@@ -396,6 +401,8 @@ class StatusOperator:
 
     async def _event(self, index: Index, raw: Mapping[str, Any], reason: str, message: str) -> None:
         assert self._writer is not None
+        if self._stop.is_set():
+            return
         meta = raw.get("metadata") or {}
         ref = ObjectRef(
             "PodGroup",
