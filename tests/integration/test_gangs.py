@@ -577,11 +577,20 @@ async def test_a_gang_that_times_out_releases_every_card_then_runs_once_whole(
         released = time.monotonic() - parked
         assert released >= timeout - 1, released
         assert pods.ever_bound(names) == {}
-        for n in names[:3]:
+
+        # The rejections' Events are written in the background (rate-limited): they may
+        # reach the watch after the probe's binding does.
+        def timed_out(n: str) -> bool:
             said = [e["message"] for e in events_about(events, n)]
-            assert any("timeout" in m and "GangScheduling" in m for m in said), (n, said)
+            return any("timeout" in m and "GangScheduling" in m for m in said)
+
+        await events.until(
+            lambda: all(timed_out(n) for n in names[:3]),
+            "a timeout FailedScheduling Event on each waiting member",
+            lambda: str({n: [e["message"] for e in events_about(events, n)] for n in names}),
+        )
         assert events_about(events, "tg-3") == []  # gated: never attempted
-        await pgs.until(
+        await events.until(  # the Events' tracker: the PodGroups' would not wake on them
             lambda: any(
                 e["message"].startswith("0/4 members placed; Unschedulable: ")
                 for e in events_about(events, "tg")
