@@ -459,20 +459,19 @@ async def test_of_two_gangs_of_sixty_percent_one_runs_and_the_other_holds_nothin
         await create_pods(kube, namespace, [p for pair in zip(a, b, strict=True) for p in pair])
         names = {g: [f"{g}-{i}" for i in range(24)] for g in ("a", "b")}
 
-        def one_runs_other_refused() -> bool:
-            done = [g for g in names if len(pods.nodes(names[g])) == 24]
-            if len(done) != 1:
-                return False
-            (other,) = set(names) - set(done)
-            return bool(events_about(events, other))
-
         await pods.until(
-            one_runs_other_refused,
-            "one gang bound whole, the other refused (a FailedScheduling Event on its PodGroup)",
+            lambda: len([g for g in names if len(pods.nodes(names[g])) == 24]) == 1,
+            "one gang bound whole",
             lambda: log_tail(stream, namespace, count=20),
         )
         (winner,) = [g for g in names if len(pods.nodes(names[g])) == 24]
         (loser,) = set(names) - {winner}
+        # Waited for on the Events' tracker (the pods' would not wake on an Event).
+        await events.until(
+            lambda: bool(events_about(events, loser)),
+            "the other refused (a FailedScheduling Event on its PodGroup)",
+            lambda: log_tail(stream, namespace, count=20),
+        )
         assert pods.ever_bound(names[loser]) == {}
         waiting = events_about(events, loser)[-1]
         assert waiting["involvedObject"]["kind"] == "PodGroup"
