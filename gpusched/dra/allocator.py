@@ -143,7 +143,7 @@ class InUse:
 EMPTY_IN_USE = InUse()
 
 
-def _newest_slices(slices: Iterable[ResourceSlice]) -> dict[PoolId, list[ResourceSlice]]:
+def newest_slices(slices: Iterable[ResourceSlice]) -> dict[PoolId, list[ResourceSlice]]:
     newest: dict[PoolId, list[ResourceSlice]] = {}
     for s in slices:
         key = (s.driver, s.pool)
@@ -187,7 +187,7 @@ def in_use_from_claims(claims: Iterable[ResourceClaim], slices: Iterable[Resourc
     held = devices | consumed.keys()
     counters: dict[CounterKey, Decimal] = {}
     if held:
-        for (driver, pool), group in _newest_slices(slices).items():
+        for (driver, pool), group in newest_slices(slices).items():
             seen: set[str] = set()
             for s in group:
                 for d in s.devices:

@@ -31,6 +31,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import ROUND_CEILING, Decimal
 
+from gpusched.dra.allocator import newest_slices
 from gpusched.model.dra import (
     AllocationMode,
     AttributeKind,
@@ -99,20 +100,13 @@ def product_model(product: str) -> str:
     return "-".join(product.split())
 
 
-def _newest(slices: Iterable[ResourceSlice]) -> list[ResourceSlice]:
-    newest: dict[tuple[str, str], int] = {}
-    kept = [s for s in slices if not s.errors]
-    for s in kept:
-        key = (s.driver, s.pool)
-        newest[key] = max(newest.get(key, s.pool_generation), s.pool_generation)
-    return [s for s in kept if s.pool_generation == newest[(s.driver, s.pool)]]
-
-
 def card_map(node: str, slices: Iterable[ResourceSlice], max_cards: int = 63) -> CardMap:
     """The node's cards from the slices local to it (at most `max_cards`, the snapshot's
     width; the rest are left to the allocator alone)."""
     found: list[tuple[tuple[int, int, str], str, str, Device]] = []
-    for s in _newest(slices):
+    kept = (s for s in slices if not s.errors)
+    newest = (s for group in newest_slices(kept).values() for s in group)
+    for s in newest:
         if s.node_name != node or s.per_device_node_selection:
             continue
         for d in s.devices:
