@@ -238,6 +238,30 @@ async def apply_docs(kube: Kube, namespace: str, docs: Iterable[JSON]) -> None:
     await asyncio.gather(*(create(d) for d in docs))
 
 
+async def clear_workloads(kube: Kube, namespace: str, *, timeout: float = 120.0) -> None:  # noqa: ASYNC109
+    """Delete the namespace's workload objects (the kinds in APIS) and their pods, and return
+    once no pod is left (watched). Controllers go first, so nothing re-creates a pod;
+    deleting only the namespace would leave them: delete_namespace finalizes it itself, and
+    a Deployment left in etcd comes back with the next namespace of that name."""
+    background = [("propagationPolicy", "Background")]
+    for kind, path in APIS.items():
+        if kind == "Pod":
+            continue
+        try:
+            await kube.delete(path.format(namespace=namespace), query=background)
+        except ApiError as exc:
+            if exc.status != 404:
+                raise
+    try:
+        await kube.delete(
+            APIS["Pod"].format(namespace=namespace), query=[("gracePeriodSeconds", "0")]
+        )
+    except ApiError as exc:
+        if exc.status != 404:
+            raise
+    await wait_settled(kube, namespace, (), timeout=timeout, until=lambda pods: not pods)
+
+
 # -- waiting and checking ---------------------------------------------------------------------
 
 
@@ -299,8 +323,8 @@ async def wait_settled(
         if until is not None:
             raise TimeoutError(
                 f"after {timeout:.0f}s the condition on the pods of {namespace} still does not"
-                f" hold ({sum(1 for n in want if n in pods and done(pods[n]))} of {len(want)}"
-                " settled)"
+                f" hold ({len(pods)} pods, {sum(1 for p in pods.values() if done(p))} of them"
+                f" settled; pending: {_pending_reasons(pods, done)})"
             ) from None
         pending = sorted(n for n in want if n not in pods or not done(pods[n]))
         raise TimeoutError(
@@ -308,6 +332,20 @@ async def wait_settled(
             f" {', '.join(pending[:10])}{' ...' if len(pending) > 10 else ''}"
         ) from None
     return dict(pods)
+
+
+def _pending_reasons(pods: Mapping[str, JSON], done: Callable[[JSON], bool]) -> str:
+    """The first few pods not done, each with its PodScheduled message if it has one."""
+    out = []
+    for name, pod in sorted(pods.items()):
+        if done(pod):
+            continue
+        conditions = (pod.get("status") or {}).get("conditions") or ()
+        why = next(
+            (c.get("message", "") for c in conditions if c.get("type") == "PodScheduled"), ""
+        )
+        out.append(f"{name}: {why[:160]}" if why else name)
+    return "; ".join(out[:5]) + (" ..." if len(out) > 5 else "") or "none"
 
 
 def cards_of(pod: JSON) -> tuple[list[int], int]:
@@ -441,6 +479,7 @@ def load_workload(path: Path = WORKLOAD) -> list[JSON]:
 async def _apply(kubeconfig: Path, docs: list[JSON], log_path: Path) -> int:
     expected = sum(replicas(d) for d in docs)
     async with await Kube.connect(kubeconfig) as kube:
+        await clear_workloads(kube, DEMO_NAMESPACE)
         await delete_namespace(kube, DEMO_NAMESPACE)
         await create_namespace(kube, DEMO_NAMESPACE)
         t0 = time.monotonic()

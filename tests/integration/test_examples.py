@@ -75,8 +75,14 @@ async def _apply_all(local: LocalCluster, files: list[Path], tmp_path: Path) -> 
             for path in files:
                 if path.name == demo.WORKLOAD.name:
                     await _demo(local, path, tmp_path)
+                    namespace = demo.DEMO_NAMESPACE
                 else:
                     await _example(kube, path)
+                    namespace = path.stem
+                # Each example starts on the empty cluster a user's `make cluster-up` gives:
+                # the gang's 8 x 4-GPU workers need one rack's four 8-GPU nodes all free,
+                # which the demo's random tie-breaks sometimes left nowhere.
+                await demo.clear_workloads(kube, namespace)
 
 
 async def _example(kube: Kube, path: Path) -> None:
