@@ -11,10 +11,13 @@ from gpusched.core.cache.cache import ClusterCache
 from gpusched.core.cache.snapshot import Snapshot
 from gpusched.core.gangs import GangIndex
 from gpusched.core.runtime.waiting import WaitingPod, WaitingPods
+from gpusched.framework.disruption import NO_DISRUPTION, DisruptionPort
 from gpusched.framework.dra import NO_DRA, DraPort
 from gpusched.framework.gangs import NO_GANGS, GangPort
 from gpusched.framework.interfaces import ClusterPort, PodMatcher, Rows, UsedPorts
+from gpusched.framework.tenancy import NO_TENANCY, TenancyPort
 from gpusched.framework.volumes import NO_VOLUMES, VolumePort
+from gpusched.model import quota
 from gpusched.model.pod import PodInfo
 
 
@@ -27,8 +30,12 @@ class SchedulerHandle:
         volumes: VolumePort = NO_VOLUMES,
         gangs: GangPort = NO_GANGS,
         dra: DraPort = NO_DRA,
+        tenancy: TenancyPort = NO_TENANCY,
+        disruption: DisruptionPort = NO_DISRUPTION,
     ) -> None:
         self.cache = cache
+        self._tenancy = tenancy
+        self._disruption = disruption
         self._dra = dra
         self._cluster = cluster
         self._clock = clock
@@ -85,6 +92,26 @@ class SchedulerHandle:
     @property
     def dra(self) -> DraPort:
         return self._dra
+
+    @property
+    def tenancy(self) -> TenancyPort:
+        return self._tenancy
+
+    @property
+    def disruption(self) -> DisruptionPort:
+        return self._disruption
+
+    def tenant_usage(self, tenant: str) -> quota.Usage:
+        # A walk over every placed pod: the contract's reference; the cache's per-namespace
+        # index replaces it.
+        total = quota.ZERO
+        for entry in self.cache.allocations():
+            pod = entry.pod
+            if entry.alloc is None or pod.terminal:
+                continue
+            if self._tenancy.tenant_of(pod.namespace) == tenant:
+                total = quota.add(total, quota.usage_of(pod.request))
+        return total
 
     def gang_members(self, key: str) -> Sequence[tuple[PodInfo, str]]:
         out = []

@@ -20,12 +20,15 @@ import numpy as np
 from numpy.typing import NDArray
 
 from gpusched.framework.cycle_state import CycleState, StateKey
+from gpusched.framework.disruption import DisruptionPort
 from gpusched.framework.dra import DraPort
 from gpusched.framework.gangs import GangPort
 from gpusched.framework.snapshot import NodeColumns
 from gpusched.framework.status import Status
+from gpusched.framework.tenancy import TenancyPort
 from gpusched.framework.volumes import VolumePort
 from gpusched.model.pod import PodInfo
+from gpusched.model.quota import Usage
 
 MAX_NODE_SCORE = 100.0
 MIN_NODE_SCORE = 0.0
@@ -212,6 +215,21 @@ class Handle(Protocol):
     @property
     def dra(self) -> DraPort:
         """DeviceClasses, ResourceSlices and ResourceClaims (framework/dra.py)."""
+        ...
+
+    @property
+    def tenancy(self) -> TenancyPort:
+        """Tenants and their ElasticQuotas (framework/tenancy.py)."""
+        ...
+
+    @property
+    def disruption(self) -> DisruptionPort:
+        """PodDisruptionBudgets and preemption's writes (framework/disruption.py)."""
+        ...
+
+    def tenant_usage(self, tenant: str) -> Usage:
+        """What the tenant's placed pods (bound or assumed, not finished) use, in quota units
+        (model/quota.py)."""
         ...
 
     def gang_members(self, key: str) -> Sequence[tuple[PodInfo, str]]:

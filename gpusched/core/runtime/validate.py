@@ -15,6 +15,7 @@ from numpy.typing import NDArray
 from gpusched.config import ConfigError, SchedulerConfig
 from gpusched.config.args import ErrorList
 from gpusched.core.runtime.framework import Framework
+from gpusched.framework.disruption import NO_DISRUPTION, DisruptionPort
 from gpusched.framework.dra import NO_DRA, DraPort
 from gpusched.framework.gangs import NO_GANGS, GangPort
 from gpusched.framework.interfaces import (
@@ -28,7 +29,9 @@ from gpusched.framework.interfaces import (
 from gpusched.framework.registry import Registry
 from gpusched.framework.snapshot import NodeColumns
 from gpusched.framework.status import Code, Status
+from gpusched.framework.tenancy import NO_TENANCY, TenancyPort
 from gpusched.framework.volumes import NO_VOLUMES, VolumePort
+from gpusched.model import quota
 from gpusched.model.pod import PodInfo
 
 __all__ = ["validate_profiles"]
@@ -95,6 +98,17 @@ class _StubHandle:
     @property
     def dra(self) -> DraPort:
         return NO_DRA
+
+    @property
+    def tenancy(self) -> TenancyPort:
+        return NO_TENANCY
+
+    @property
+    def disruption(self) -> DisruptionPort:
+        return NO_DISRUPTION
+
+    def tenant_usage(self, tenant: str) -> quota.Usage:
+        return quota.ZERO
 
     def gang_members(self, key: str) -> Sequence[tuple[PodInfo, str]]:
         return ()
