@@ -55,6 +55,7 @@ from gpusched.daemon.liveness import Liveness
 from gpusched.daemon.reporting import Reporter
 from gpusched.daemon.tasks import Tasks
 from gpusched.daemon.warmup import warm_kernels
+from gpusched.framework.disruption import NO_DISRUPTION
 from gpusched.framework.dra import NO_DRA, DraChange
 from gpusched.framework.gangs import NO_GANGS
 from gpusched.framework.registry import Registry
@@ -62,6 +63,7 @@ from gpusched.framework.status import Status
 from gpusched.framework.volumes import NO_VOLUMES
 from gpusched.kube import faults
 from gpusched.kube.client import JSON, ApiError, Kube
+from gpusched.kube.disruption import KubeDisruption
 from gpusched.kube.dra import KubeDra
 from gpusched.kube.lease import KubeLeases, LeaderElector, default_identity
 from gpusched.kube.ops import pod_path
@@ -96,6 +98,9 @@ DRA_PLUGIN = "DynamicResources"
 # the Lease (its writes are already fenced; a standby should not wait on kopf's shutdown).
 OPERATOR_STOP_WAIT = 1.0
 GANG_PLUGIN = "GangScheduling"
+# The preemption plugin's name: a profile enabling it makes the daemon watch
+# PodDisruptionBudgets (kube/disruption.py), as kube-scheduler's DefaultPreemption does.
+PREEMPTION_PLUGIN = "Preemption"
 
 
 @dataclass(frozen=True)
@@ -168,6 +173,20 @@ class Daemon:
                 watch_timeout=config.watch.timeout_seconds,
                 read_timeout=config.watch.read_timeout_seconds,
             )
+        # PodDisruptionBudgets and preemption's writes: when a profile preempts. Its writes
+        # are fenced by the leader Lease as Bind is (self._fence reads the elector made
+        # below, at call time).
+        self.disruption: KubeDisruption | None = None
+        if any(PREEMPTION_PLUGIN in p.names() for p in config.profiles):
+            self.disruption = KubeDisruption(
+                kube,
+                self.writer,
+                fence=self._fence,
+                on_change=lambda: self.metrics.watch_events.labels("poddisruptionbudgets").inc(),
+                backoff=lambda: _backoff(config.watch),
+                watch_timeout=config.watch.timeout_seconds,
+                read_timeout=config.watch.read_timeout_seconds,
+            )
         self.handle = SchedulerHandle(
             self.cache,
             self.writer,
@@ -175,6 +194,7 @@ class Daemon:
             volumes=self.volumes or NO_VOLUMES,
             gangs=self.pod_groups or NO_GANGS,
             dra=self.dra or NO_DRA,
+            disruption=self.disruption or NO_DISRUPTION,
         )
         # What the PodGroup status operator writes (only the leader runs it).
         self.gang_board: GangBoard | None = None
@@ -243,6 +263,7 @@ class Daemon:
                 *(self.volumes.reflectors if self.volumes else ()),
                 *(self.pod_groups.reflectors if self.pod_groups else ()),
                 *(self.dra.reflectors if self.dra else ()),
+                *(self.disruption.reflectors if self.disruption else ()),
             ],
             lambda: len(self.queue.active),
             watch_stall=config.liveness.watch_stall_seconds,
@@ -349,6 +370,10 @@ class Daemon:
             background.append(asyncio.create_task(self.pod_groups.run(), name="watch podgroups"))
         if self.dra is not None:
             background.append(asyncio.create_task(self.dra.run(), name="watch dra"))
+        if self.disruption is not None:
+            background.append(
+                asyncio.create_task(self.disruption.run(), name="watch poddisruptionbudgets")
+            )
         loop_task: asyncio.Task[None] | None = None
         elector_task: asyncio.Task[None] | None = None
         try:
@@ -363,6 +388,8 @@ class Daemon:
                 # Every allocated claim known before the first attempt: a device is never
                 # handed out twice across a restart.
                 *([self.dra.wait_synced()] if self.dra else []),
+                # Every budget known before the first preemption: none evicts past one.
+                *([self.disruption.wait_synced()] if self.disruption else []),
                 self.namespace_watch.synced.wait(),
             )
             stop = asyncio.ensure_future(self._stop.wait())

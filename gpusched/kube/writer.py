@@ -135,6 +135,13 @@ def _failure(what: str, pod: PodInfo, exc: Exception) -> Status:
 _UNKNOWN = "it may have been applied: the pod is read to settle it"
 
 
+def write_failure(what: str, pod: PodInfo, exc: Exception) -> Status:
+    """The Status of a failed write about `pod` (`what` names it), as bind's: 404 and 409
+    end the attempt, 401/403 name the RBAC manifests, a 4xx was not applied, a 5xx or a
+    lost answer may have been."""
+    return _failure(what, pod, exc)
+
+
 def _now_rfc3339() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -162,6 +169,16 @@ class ObjectRef:
 
 
 _NET_ERRORS = (aiohttp.ClientError, TimeoutError, OSError)
+
+
+def _reference(ref: ObjectRef) -> JSON:
+    """A core/v1 ObjectReference."""
+    out: JSON = {"apiVersion": ref.api_version, "kind": ref.kind, "name": ref.name}
+    if ref.uid:
+        out["uid"] = ref.uid
+    if ref.namespace:
+        out["namespace"] = ref.namespace
+    return out
 
 
 class ClusterWriter:
@@ -214,6 +231,19 @@ class ClusterWriter:
         faults.reached(faults.BIND_RETURNED)
         return Status()
 
+    async def write(
+        self,
+        method: str,
+        path: str,
+        body: object,
+        content_type: str = "application/json",
+    ) -> JSON:
+        """A scheduling write other than the Binding (preemption's: kube/disruption.py),
+        limited by the binds' bucket, not queued behind reports. Raises what the client
+        raises (ApiError, a network error): the caller maps it (`write_failure`)."""
+        await self.bucket.acquire()
+        return await self._send(method, path, body, content_type)
+
     # -- status and events ------------------------------------------------------------------
 
     async def pod_condition(self, pod: PodInfo, reason: str, message: str) -> None:
@@ -253,9 +283,17 @@ class ClusterWriter:
         self._conditions.pop(uid, None)
 
     async def event(
-        self, ref: ObjectRef, type_: str, reason: str, message: str, action: str = "Scheduling"
+        self,
+        ref: ObjectRef,
+        type_: str,
+        reason: str,
+        message: str,
+        action: str = "Scheduling",
+        related: ObjectRef | None = None,
     ) -> None:
-        """Record an Event; a repeat of the same one bumps its count instead."""
+        """Record an Event; a repeat of the same one bumps its count instead. `related`: a
+        second object the Event is about (a Preempted victim's preemptor, as
+        kube-scheduler's Eventf(victim, preemptor, ...) records it)."""
         key = (ref.uid, reason, message)
         namespace = ref.namespace or "default"
         now = _now_rfc3339()
@@ -283,6 +321,7 @@ class ClusterWriter:
                     "uid": ref.uid,
                     **({"namespace": ref.namespace} if ref.namespace else {}),
                 },
+                **({"related": _reference(related)} if related is not None else {}),
                 "reason": reason,
                 "message": message[:1024],
                 "type": type_,

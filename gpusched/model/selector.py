@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -187,3 +187,71 @@ class LabelSelector:
 
 NOTHING = LabelSelector(None)
 EVERYTHING = LabelSelector(())
+
+
+# -- metav1.LabelSelector ----------------------------------------------------------------
+# (plugins/helper/pod_selector.py re-exports it for the plugins; kube/disruption.py reads
+# PodDisruptionBudgets' selectors with it, and kube may not import plugins.)
+
+
+def _checked(
+    raw: Any, syntax_error: Callable[[str], str | None], path: str, errors: list[str]
+) -> str | None:
+    """`raw` if it is a string `syntax_error` finds nothing wrong with (a label key or
+    value); else None, with the reason appended to `errors`."""
+    if not isinstance(raw, str):
+        errors.append(invalid(path, raw, "must be a string"))
+        return None
+    if (msg := syntax_error(raw)) is not None:
+        errors.append(invalid(path, raw, msg))
+        return None
+    return raw
+
+
+def parse_label_selector(raw: Any, path: str, errors: list[str]) -> LabelSelector:
+    """A metav1.LabelSelector (None: the nil selector); problems are appended to `errors`
+    and the selector returned then matches nothing."""
+    if raw is None:
+        return NOTHING
+    before = len(errors)
+    sel = as_map(raw, path, errors)
+    reqs: list[Requirement] = []
+    match_labels = sel.get("matchLabels")
+    if match_labels is not None:
+        for k, v in as_map(match_labels, f"{path}.matchLabels", errors).items():
+            key = _checked(k, label_key_error, f"{path}.matchLabels", errors)
+            value = _checked(v, label_value_error, f"{path}.matchLabels[{k!s}]", errors)
+            if key is not None and value is not None:
+                reqs.append(Requirement(key, "In", frozenset({value})))
+    exprs = as_list(sel.get("matchExpressions"), f"{path}.matchExpressions", errors)
+    for i, raw_expr in enumerate(exprs):
+        where = f"{path}.matchExpressions[{i}]"
+        expr = as_map(raw_expr, where, errors)
+        key = _checked(expr.get("key"), label_key_error, f"{where}.key", errors)
+        op = expr.get("operator")
+        raw_values = as_list(expr.get("values"), f"{where}.values", errors)
+        values = [
+            _checked(v, label_value_error, f"{where}.values[{j}]", errors)
+            for j, v in enumerate(raw_values)
+        ]
+        if op not in LABEL_OPERATORS:
+            supported = ", ".join(f'"{o}"' for o in LABEL_OPERATORS)
+            errors.append(
+                f"{where}.operator: Unsupported value: {quote(op)}: supported values: {supported}"
+            )
+            continue
+        if op in ("In", "NotIn") and not raw_values:
+            errors.append(
+                f"{where}.values: Required value: must be specified when `operator` is"
+                " 'In' or 'NotIn'"
+            )
+        elif op in ("Exists", "DoesNotExist") and raw_values:
+            errors.append(
+                f"{where}.values: Forbidden: may not be specified when `operator` is"
+                " 'Exists' or 'DoesNotExist'"
+            )
+        if key is not None:
+            reqs.append(Requirement(key, str(op), frozenset(v for v in values if v is not None)))
+    if len(errors) > before:
+        return NOTHING
+    return LabelSelector(tuple(reqs))

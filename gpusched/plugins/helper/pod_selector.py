@@ -2,10 +2,12 @@
 
 Shared by the plugins that count other pods (InterPodAffinity, PodTopologySpread):
 
-- `parse_label_selector`: a metav1.LabelSelector compiled as apimachinery's
-  `LabelSelectorAsSelector` does: nil matches nothing, `{}` matches everything, matchLabels
-  and matchExpressions (In, NotIn, Exists, DoesNotExist) are ANDed. In: label present with
-  one of the values; NotIn: absent, or a value not listed; Exists / DoesNotExist: presence.
+- `parse_label_selector` (model/selector.py, re-exported: kube/disruption.py parses
+  PodDisruptionBudgets' selectors with it too): a metav1.LabelSelector compiled as
+  apimachinery's `LabelSelectorAsSelector` does: nil matches nothing, `{}` matches
+  everything, matchLabels and matchExpressions (In, NotIn, Exists, DoesNotExist) are ANDed.
+  In: label present with one of the values; NotIn: absent, or a value not listed; Exists /
+  DoesNotExist: presence.
   Malformed input (unknown operator, In/NotIn without values, Exists with values, a bad key
   or value) is reported with the API server's field wording, never raised.
 - `with_label_keys`: matchLabelKeys / mismatchLabelKeys (`parse_label_keys`) merged into a
@@ -24,22 +26,19 @@ Shared by the plugins that count other pods (InterPodAffinity, PodTopologySpread
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from gpusched.model.pod import PodInfo
 from gpusched.model.selector import (
     EVERYTHING,
-    LABEL_OPERATORS,
     NOTHING,
     LabelSelector,
     Requirement,
     as_list,
-    as_map,
-    invalid,
     label_key_error,
-    label_value_error,
+    parse_label_selector,
     quote,
 )
 
@@ -56,69 +55,6 @@ __all__ = [
     "parse_namespace_scope",
     "with_label_keys",
 ]
-
-
-def _checked(
-    raw: Any, syntax_error: Callable[[str], str | None], path: str, errors: list[str]
-) -> str | None:
-    """`raw` if it is a string `syntax_error` finds nothing wrong with (a label key or
-    value); else None, with the reason appended to `errors`."""
-    if not isinstance(raw, str):
-        errors.append(invalid(path, raw, "must be a string"))
-        return None
-    if (msg := syntax_error(raw)) is not None:
-        errors.append(invalid(path, raw, msg))
-        return None
-    return raw
-
-
-def parse_label_selector(raw: Any, path: str, errors: list[str]) -> LabelSelector:
-    """A metav1.LabelSelector (None: the nil selector); problems are appended to `errors`
-    and the selector returned then matches nothing."""
-    if raw is None:
-        return NOTHING
-    before = len(errors)
-    sel = as_map(raw, path, errors)
-    reqs: list[Requirement] = []
-    match_labels = sel.get("matchLabels")
-    if match_labels is not None:
-        for k, v in as_map(match_labels, f"{path}.matchLabels", errors).items():
-            key = _checked(k, label_key_error, f"{path}.matchLabels", errors)
-            value = _checked(v, label_value_error, f"{path}.matchLabels[{k!s}]", errors)
-            if key is not None and value is not None:
-                reqs.append(Requirement(key, "In", frozenset({value})))
-    exprs = as_list(sel.get("matchExpressions"), f"{path}.matchExpressions", errors)
-    for i, raw_expr in enumerate(exprs):
-        where = f"{path}.matchExpressions[{i}]"
-        expr = as_map(raw_expr, where, errors)
-        key = _checked(expr.get("key"), label_key_error, f"{where}.key", errors)
-        op = expr.get("operator")
-        raw_values = as_list(expr.get("values"), f"{where}.values", errors)
-        values = [
-            _checked(v, label_value_error, f"{where}.values[{j}]", errors)
-            for j, v in enumerate(raw_values)
-        ]
-        if op not in LABEL_OPERATORS:
-            supported = ", ".join(f'"{o}"' for o in LABEL_OPERATORS)
-            errors.append(
-                f"{where}.operator: Unsupported value: {quote(op)}: supported values: {supported}"
-            )
-            continue
-        if op in ("In", "NotIn") and not raw_values:
-            errors.append(
-                f"{where}.values: Required value: must be specified when `operator` is"
-                " 'In' or 'NotIn'"
-            )
-        elif op in ("Exists", "DoesNotExist") and raw_values:
-            errors.append(
-                f"{where}.values: Forbidden: may not be specified when `operator` is"
-                " 'Exists' or 'DoesNotExist'"
-            )
-        if key is not None:
-            reqs.append(Requirement(key, str(op), frozenset(v for v in values if v is not None)))
-    if len(errors) > before:
-        return NOTHING
-    return LabelSelector(tuple(reqs))
 
 
 def with_label_keys(
