@@ -389,26 +389,33 @@ async def test_a_pdb_protected_or_non_preemptible_pod_is_never_chosen_even_when_
 # -- (c) a gang victim goes whole or not at all ---------------------------------------------
 
 
+async def gang_beside_single(s: Scene, dear: str, keep: dict[str, str] | None = None) -> None:
+    """`single` (8 GPUs, never checkpointed) on `dear`, then the two-pod gang `team` (8 GPUs
+    each, checkpointed a minute ago) on the two other nodes, `team-1` labelled `keep`. The
+    gang's members are not pinned to nodes: a gang's members share one placement rule."""
+    await running_victims(s, [pod(s, "single", node=dear)])
+    await s.kube.post(f"{X_API}/namespaces/{s.namespace}/podgroups", x_pod_group("team", 2, 60))
+    await running_victims(
+        s,
+        [
+            pod(s, "team-0", checkpointed_ago=60, pod_group="team"),
+            pod(s, "team-1", checkpointed_ago=60, pod_group="team", labels=keep),
+        ],
+    )
+
+
 async def test_a_gang_victim_is_evicted_whole(
     cluster: LocalCluster, kube: Kube, namespace: str, tmp_path: Path
 ) -> None:
     async with scene(cluster, kube, namespace, tmp_path, nodes=3) as s:
-        a, b, dear = s.nodes
+        dear = s.nodes[2]
         # The gang: 2 x 8 GPUs, checkpointed a minute ago (0.27 GPU-h for both); the single
         # never checkpointed (16 GPU-h). The preemptor needs one node, and takes the gang's
         # two: evicting one member loses the whole job anyway.
-        await kube.post(f"{X_API}/namespaces/{namespace}/podgroups", x_pod_group("team", 2, 60))
-        await running_victims(
-            s,
-            [
-                pod(s, "team-0", node=a, checkpointed_ago=60, pod_group="team"),
-                pod(s, "team-1", node=b, checkpointed_ago=60, pod_group="team"),
-                pod(s, "single", node=dear),
-            ],
-        )
+        await gang_beside_single(s, dear)
         big = await create(s, pod(s, "big", priority=HIGH))
         node = await bound_where_nominated(s, "big")
-        assert node in (a, b)
+        assert node in s.nodes[:2]
         await preempted(s, ["team-0", "team-1"], [big], node)
         untouched(s, ["single"])
 
@@ -417,17 +424,8 @@ async def test_a_gang_with_a_protected_member_is_not_evicted_at_all(
     cluster: LocalCluster, kube: Kube, namespace: str, tmp_path: Path
 ) -> None:
     async with scene(cluster, kube, namespace, tmp_path, nodes=3) as s:
-        a, b, dear = s.nodes
-        keep = {"keep": "yes"}
-        await kube.post(f"{X_API}/namespaces/{namespace}/podgroups", x_pod_group("team", 2, 60))
-        await running_victims(
-            s,
-            [
-                pod(s, "team-0", node=a, checkpointed_ago=60, pod_group="team"),
-                pod(s, "team-1", node=b, checkpointed_ago=60, pod_group="team", labels=keep),
-                pod(s, "single", node=dear),
-            ],
-        )
+        dear = s.nodes[2]
+        await gang_beside_single(s, dear, keep={"keep": "yes"})
         # Only team-1 is covered; team-0 alone is evictable, but not without its sibling.
         await budget_seen(s, "keep", {"matchLabels": {"keep": "yes"}}, 1, "team-1", 0)
         big = await create(s, pod(s, "big", priority=HIGH))
