@@ -59,8 +59,13 @@ HOSTNAME = "kubernetes.io/hostname"
 NOMINATED = "node(s) were nominated to a pod of equal or higher priority that needs the room"
 NEVER = "not eligible due to preemptionPolicy=Never."
 TERMINATING = "not eligible due to a terminating pod on the nominated node."
-# PDB or tenant-guarantee conflicts re-evaluated per node before a node is given up.
+# PDB or tenant-guarantee conflicts re-evaluated per node before a node is given up; stale
+# victims re-read before the choice is given up.
 MAX_RETRIES = 8
+# How often the victim table compares every row's pods (between scans only rows whose
+# resources changed are re-read, and the chosen victims are checked before acting): a
+# checkpoint annotation written on a pod elsewhere is seen within this long.
+FULL_SCAN_SECONDS = 10.0
 
 victims_kernel = pick(preemption_victims_nb, preemption_victims_np)
 _log = logging.getLogger(__name__)
@@ -147,6 +152,7 @@ class Preemption:
         self._tasks: set[asyncio.Task[None]] = set()
         self._index: LabelIndex | None = None
         self._static: dict[object, tuple[tuple[int, int, int], Mask]] = {}
+        self._full_scan = -FULL_SCAN_SECONDS
         # What this instance chose to evict: preemptions, victims and their GPU-hours.
         self.preemptions = 0
         self.victims = 0
@@ -179,13 +185,30 @@ class Preemption:
                 potential &= ~unresolvable[: len(potential)]
         if not potential.any():
             return None, unschedulable("preemption: no node where preemption may help")
-        self.table.refresh(self.handle, self._tenant_id)
+        now = self.handle.now()
+        full = now - self._full_scan >= FULL_SCAN_SECONDS
+        if full:
+            self._full_scan = now
+        self.table.refresh(self.handle, self._tenant_id, full=full)
         members = [pod] if gang is None else gang[1]
-        units = self._units(pod, members)
-        if gang is None:
-            choice = self._single(pod, units, potential & ~self._held_for_others(pod))
-        else:
-            choice = self._gang(pod, gang[0], members, units, potential)
+        choice: Choice | None = None
+        for _ in range(MAX_RETRIES):
+            units = self._units(pod, members)
+            if gang is None:
+                choice = self._single(pod, units, potential & ~self._held_for_others(pod))
+            else:
+                choice = self._gang(pod, gang[0], members, units, potential)
+            if choice is None:
+                break
+            # The table reads only rows whose resources changed; a victim's pod may have
+            # been updated since (a checkpoint, a deletion): re-read its rows and choose
+            # again on what is true now.
+            rows = sorted({self.table.uid_slot[p.uid][0] for unit in choice.units for p in unit})
+            stale = self.table.stale(self.handle, rows)
+            if not stale:
+                break
+            self.table.reread(self.handle, stale, self._tenant_id)
+            choice = None
         if choice is None:
             return None, unschedulable(
                 "preemption: no victims found: evicting what the rules allow frees no node"
@@ -392,8 +415,12 @@ class Preemption:
         request = quota.ZERO
         for m in members:
             request = quota.add(request, quota.usage_of(m.request))
-        reclaim = self.args.reclaim == RECLAIM_ANY and qs.within_min(
-            tenant, quota.add(qs.used(tenant), request), request
+        # A tenant without an ElasticQuota has no guarantee to reclaim with (and its usage,
+        # a walk over the placed pods, is not needed).
+        reclaim = (
+            self.args.reclaim == RECLAIM_ANY
+            and tenant in qs.mins
+            and qs.within_min(tenant, quota.add(qs.used(tenant), request), request)
         )
         same = t.tenant == tid
         other_over = over[np.where(t.tenant >= 0, t.tenant, len(self._tenant_id))]
