@@ -556,3 +556,17 @@ def test_other_resources_follow_pod_requests_with_init_sidecars_and_overhead() -
     }
     assert [n for n, _ in p.request.other] == sorted(n for n, _ in p.request.other)
     assert pod_from_k8s(pod([c("1", "1Gi")])).request.other == ()
+
+
+def test_preemption_policy_and_start_time() -> None:
+    p = pod_from_k8s(pod([c("1")]))
+    assert (p.preemption_policy, p.start_time, p.errors) == ("PreemptLowerPriority", 0.0, ())
+    raw = pod([c("1")], preemptionPolicy="Never")
+    raw["status"] = {"startTime": "1970-01-01T01:00:00Z", "phase": "Running"}
+    p = pod_from_k8s(raw)
+    assert (p.preemption_policy, p.start_time) == ("Never", 3600.0)
+    bad = pod_from_k8s(pod([c("1")], preemptionPolicy="Sometimes"))
+    assert bad.preemption_policy == "PreemptLowerPriority"
+    assert bad.errors == (
+        "spec.preemptionPolicy='Sometimes' must be PreemptLowerPriority or Never",
+    )
