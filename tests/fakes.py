@@ -68,6 +68,9 @@ class FakeHandle:
     def now(self) -> float:
         return self.t
 
+    def wall_now(self) -> float:
+        return self.t
+
     def gang_members(self, key: str) -> Sequence[tuple[PodInfo, str]]:
         return self.members.get(key, [])
 

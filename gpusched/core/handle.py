@@ -32,8 +32,12 @@ class SchedulerHandle:
         dra: DraPort = NO_DRA,
         tenancy: TenancyPort = NO_TENANCY,
         disruption: DisruptionPort = NO_DISRUPTION,
+        wall: Callable[[], float] | None = None,
     ) -> None:
         self.cache = cache
+        # Unix seconds for API timestamps (the daemon's `clock` is monotonic); the
+        # simulator's pods carry times on its virtual clock, so there it is `clock`.
+        self._wall = wall or clock
         self._tenancy = tenancy
         self._disruption = disruption
         self._dra = dra
@@ -57,6 +61,9 @@ class SchedulerHandle:
 
     def now(self) -> float:
         return self._clock()
+
+    def wall_now(self) -> float:
+        return self._wall()
 
     def pods_on_node(self, node: str) -> Iterable[PodInfo]:
         return self.cache.pods_on_node(node)

@@ -195,6 +195,7 @@ class Daemon:
             gangs=self.pod_groups or NO_GANGS,
             dra=self.dra or NO_DRA,
             disruption=self.disruption or NO_DISRUPTION,
+            wall=time.time,
         )
         # What the PodGroup status operator writes (only the leader runs it).
         self.gang_board: GangBoard | None = None

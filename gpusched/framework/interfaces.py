@@ -167,6 +167,12 @@ class Handle(Protocol):
         """Seconds on the scheduler's clock (virtual in the simulator)."""
         ...
 
+    def wall_now(self) -> float:
+        """Unix seconds, the clock of the API's timestamps (a pod's status.startTime,
+        gpusched.io/last-checkpoint-time); `now()` is monotonic in the daemon. The
+        simulator's virtual clock (its pods' times are on it)."""
+        ...
+
     def pods_on_node(self, node: str) -> Iterable[PodInfo]: ...
 
     def assumed_pods(self) -> Iterable[tuple[PodInfo, str]]:

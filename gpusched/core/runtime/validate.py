@@ -65,6 +65,9 @@ class _StubHandle:
     def now(self) -> float:
         return 0.0
 
+    def wall_now(self) -> float:
+        return 0.0
+
     def pods_on_node(self, node: str) -> Iterable[PodInfo]:
         return ()
 

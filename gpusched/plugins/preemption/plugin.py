@@ -324,7 +324,9 @@ class Preemption:
     def _units(self, pod: PodInfo, members: Sequence[PodInfo]) -> _Units:
         t = self.table
         h = self.handle
-        now = h.now()
+        # Lost work is measured from API timestamps (startTime, last checkpoint): the wall
+        # clock, not the daemon's monotonic one.
+        now = h.wall_now()
         kube = self.args.strategy == KUBE_DEFAULT
         elig = t.valid & ~t.deleting
         for uid in self.evicting:
@@ -594,13 +596,17 @@ class Preemption:
                     [self._unit_pods(u, unit) for unit in units],
                     float(out.cost[row]),
                 )
-            for unit in bad:
-                u.slot_unit[u.slot_unit == unit] = -1
+            # A gang unit spans rows: every row that held one of its slots is computed
+            # again, or another of the gang's rows would still offer it as a victim.
             only = np.zeros(n, np.bool_)
             only[row] = True
+            for unit in bad:
+                hit = u.slot_unit == unit
+                only |= hit.any(axis=1)[:n]
+                u.slot_unit[hit] = -1
             again = self._run(pod.request, u, only)
             for name in _Out.__slots__:
-                getattr(out, name)[row] = getattr(again, name)[row]
+                getattr(out, name)[only] = getattr(again, name)[only]
         return None
 
     def _gang(

@@ -16,6 +16,7 @@ from gpusched.config.settings import Watch
 from gpusched.daemon import Daemon, DaemonOptions
 from gpusched.daemon.daemon import MAX_WARNED
 from gpusched.devcluster.nodes import NodeSpec, node_object
+from gpusched.framework.disruption import NO_DISRUPTION
 from gpusched.framework.status import Code, Status
 from gpusched.kube import faults
 from gpusched.kube.client import ApiError
@@ -113,10 +114,11 @@ def _quiet_storage(d: Daemon) -> None:
     they report synced at once and then wait to be cancelled."""
     assert d.volumes is not None
     # Nor the PodGroup watches (the default profile's GangScheduling), where there are any,
-    # nor the DRA ones (DynamicResources).
+    # nor the DRA ones (DynamicResources), nor the PodDisruptionBudgets' (Preemption).
     groups = d.pod_groups.reflectors if d.pod_groups is not None else ()
     dra = d.dra.reflectors if d.dra is not None else ()
-    for reflector in (*d.volumes.reflectors, *groups, *dra):
+    budgets = d.disruption.reflectors if d.disruption is not None else ()
+    for reflector in (*d.volumes.reflectors, *groups, *dra, *budgets):
         reflector.synced.set()
         reflector.run = _idle  # type: ignore[method-assign]
 
@@ -598,8 +600,14 @@ def test_the_watch_settings_reach_the_reflectors() -> None:
     registry = default_registry()
     config = dataclasses.replace(default_config(registry), watch=Watch(30, 45.0, 2.0, 8.0, 50.0))
     d = Daemon(None, config, registry, make_logger(io.StringIO()))  # type: ignore[arg-type]
-    assert d.volumes is not None
-    for watch in (d.node_watch, d.pod_watch, d.namespace_watch, *d.volumes.reflectors):
+    assert d.volumes is not None and d.disruption is not None
+    for watch in (
+        d.node_watch,
+        d.pod_watch,
+        d.namespace_watch,
+        *d.volumes.reflectors,
+        *d.disruption.reflectors,
+    ):
         assert (watch.watch_timeout, watch.read_timeout) == (30, 45.0)
         assert (watch.backoff.initial, watch.backoff.maximum) == (2.0, 8.0)
         assert watch.backoff.reset_after == 50.0
@@ -612,12 +620,14 @@ async def test_healthz_sees_the_watches_and_a_wedged_loop(
     d, _ = daemon
     assert d.volumes is not None
     assert d.dra is not None
+    assert d.disruption is not None
     assert d.liveness.watches == [
         d.node_watch,
         d.pod_watch,
         d.namespace_watch,
         *d.volumes.reflectors,
         *d.dra.reflectors,
+        *d.disruption.reflectors,
     ]
     clock.t += 3600
     assert d.liveness.problems() == []  # no loop yet (a standby): only the watches count
@@ -755,13 +765,35 @@ def test_storage_is_watched_only_when_a_profile_has_a_volume_plugin() -> None:
     assert d.volumes is None
     assert d.pod_groups is not None  # the profile keeps GangScheduling
     assert d.dra is not None  # and DynamicResources
+    assert d.disruption is not None  # and Preemption
     assert d.liveness.watches == [
         d.node_watch,
         d.pod_watch,
         d.namespace_watch,
         *d.pod_groups.reflectors,
         *d.dra.reflectors,
+        *d.disruption.reflectors,
     ]
+
+
+def test_budgets_are_watched_only_when_a_profile_preempts() -> None:
+    registry = default_registry()
+    config = load_config(
+        {
+            "apiVersion": API_VERSION,
+            "kind": KIND,
+            "profiles": [
+                {
+                    "schedulerName": "ai-scheduler",
+                    "plugins": {"multiPoint": {"disabled": [{"name": "Preemption"}]}},
+                }
+            ],
+        },
+        registry,
+    )
+    d = Daemon(None, config, registry, make_logger(io.StringIO()))  # type: ignore[arg-type]
+    assert d.disruption is None
+    assert d.handle.disruption is NO_DISRUPTION
 
 
 def test_namespace_labels_reach_the_cache(daemon: tuple[Daemon, FakeWriter]) -> None:
