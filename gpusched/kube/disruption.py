@@ -157,8 +157,8 @@ def budget_from_k8s(obj: Mapping[str, Any]) -> PodDisruptionBudget:
 @dataclass(slots=True)
 class _Pending:
     """An eviction of ours the budget's status may not count yet: until the budget's
-    object changes after the deletion (the controller rewrites its status when a covered
-    pod starts terminating), or PENDING_SECONDS pass."""
+    object changes after the deletion was sent (the controller rewrites its status when a
+    covered pod starts terminating), or PENDING_SECONDS pass."""
 
     victim: str  # uid
     resource_version: str  # the budget's, when the victim was deleted
@@ -287,7 +287,13 @@ class KubeDisruption:
             return write_failure("preempt (DisruptionTarget)", victim, exc)
         if (fenced := self._fenced("the preemption", victim)) is not None:
             return fenced
-        budgets = self.budgets_of(victim)
+        # The budgets' versions before the deletion: any newer status was written after it
+        # was sent (one written because of it may arrive before its answer does).
+        versions = {
+            b.key: pdb.resource_version
+            for b in self.budgets_of(victim)
+            if (pdb := self._budget(b.key)) is not None
+        }
         delete = {
             "apiVersion": "v1",
             "kind": "DeleteOptions",
@@ -303,12 +309,10 @@ class KubeDisruption:
             return write_failure("preempt (delete)", victim, exc)
         self.evicted += 1
         now = self.clock()
-        for budget in budgets:
-            pdb = self._budget(budget.key)
-            if pdb is not None:
-                self.pending.setdefault(budget.key, []).append(
-                    _Pending(victim.uid, pdb.resource_version, now)
-                )
+        for key, version in versions.items():
+            pdb = self._budget(key)
+            if pdb is not None and pdb.resource_version == version:
+                self.pending.setdefault(key, []).append(_Pending(victim.uid, version, now))
         log.info(
             "preempted %s (uid %s) for %s on node %s", victim.key, victim.uid, preemptor.key, node
         )

@@ -78,7 +78,14 @@ class Watched:
             async with asyncio.timeout(timeout), self.changed:
                 await self.changed.wait_for(check)
         except TimeoutError:
-            raise AssertionError(f"the port never saw {what}") from None
+            known = {
+                f"{ns}/{name}": (b.disruptions_allowed, b.resource_version, b.problem)
+                for ns, held in self.port.namespaces.items()
+                for name, b in held.budgets.items()
+            }
+            raise AssertionError(
+                f"the port never saw {what}; budgets {known}, pending {self.port.pending}"
+            ) from None
 
 
 @asynccontextmanager
@@ -182,10 +189,15 @@ async def test_budgets_and_an_eviction_with_the_shipped_rights(
         assert event["message"] == f"Preempted by pod {preemptor.uid} on node {node}"
         assert event["related"]["uid"] == preemptor.uid
         assert event["reportingComponent"] == "gpusched"
-        # The controller's own count follows: 2 healthy of minAvailable 2.
+        # The controller's own count follows, and our pending eviction is dropped for the
+        # budget it recounted. Only for one of them: the disruption controller requeues
+        # just the first budget of a pod that has several (getPdbForPod), so the other
+        # stays stale until recounted for another reason, and the port's subtraction is
+        # what keeps it right. Either way the totals are: 2 healthy of minAvailable 2,
+        # and 2 healthy of minAvailable 0.
         await w.until(
             lambda: (
-                not port.pending
+                len(port.pending) < 2
                 and allowed(port.budgets_of(made["train-1"])) == {"train": 0, "all": 2}
             ),
             "the controller's count after the eviction",

@@ -238,3 +238,26 @@ async def test_our_uncounted_evictions_lower_the_budget_until_its_status_changes
     assert [b.disruptions_allowed for b in p.budgets_of(pod("a3", {"app": "a"}))] == [0]
     t[0] += PENDING_SECONDS
     assert [b.disruptions_allowed for b in p.budgets_of(pod("a3", {"app": "a"}))] == [1]
+
+
+async def test_a_status_written_while_the_deletion_is_answered_already_counts_it() -> None:
+    # The controller may rewrite the budget (counting the terminating victim) before the
+    # DELETE's answer reaches us: that newer status must not be discounted again.
+    class _Racing(FakeKube):
+        port: KubeDisruption
+
+        async def request(self, method: str, path: str, **kw: Any) -> dict[str, Any]:
+            if method == "DELETE":
+                seen(self.port, pdb("guard", {"matchLabels": {"app": "a"}}, allowed=0, rv="11"))
+            return await super().request(method, path, **kw)
+
+    kube = _Racing(list)
+    p = port(kube)
+    kube.port = p
+    seen(p, pdb("guard", {"matchLabels": {"app": "a"}}, allowed=1, rv="10"))
+    a1, a2 = pod("a1", {"app": "a"}), pod("a2", {"app": "a"})
+    assert (await p.evict(a1, preemptor=pod("big"), node="n1", message="")).is_success()
+    assert p.pending == {}
+    assert [b.disruptions_allowed for b in p.budgets_of(a2)] == [0]
+    seen(p, pdb("guard", {"matchLabels": {"app": "a"}}, allowed=1, rv="12"))  # a3 came up
+    assert [b.disruptions_allowed for b in p.budgets_of(a2)] == [1]
