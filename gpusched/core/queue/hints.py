@@ -153,7 +153,9 @@ POD_EVENTS = frozenset(
 # domain raise the global minimum; a pod an affinity term selects arrives): only these wake
 # on ASSIGNED_POD_ADD / _UPDATE (kube-scheduler's Pod/Add and Pod/UpdatePodLabel events),
 # which every bind emits, so a backlog rejected for capacity is not retried on every bind.
-POD_ADD_PLUGINS = frozenset({"PodTopologySpread", "InterPodAffinity"})
+# Preemption's Filter holds a nominated node's room until the preemptor is placed: its
+# binding (a pod added) gives the room back.
+POD_ADD_PLUGINS = frozenset({"PodTopologySpread", "InterPodAffinity", "Preemption"})
 # Filters that count only the pods of the rejected pod's own namespace (not InterPodAffinity:
 # its terms may select other namespaces).
 NAMESPACED = frozenset({"PodTopologySpread"})

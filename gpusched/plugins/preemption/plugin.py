@@ -183,6 +183,11 @@ class Preemption:
             unresolvable = diagnosis.unresolvable_rows
             if unresolvable is not None:
                 potential &= ~unresolvable[: len(potential)]
+        if pod.request.gpu_milli_total or pod.request.gpu_mem_mib:
+            # Cards published through DRA go to claims only, and a claim's only come from
+            # there (GPUFit): evicting on the other kind of node frees nothing for the pod.
+            dra = snap.node_dra_cards[: len(potential)]
+            potential &= dra if pod.gpu_from_claims else ~dra
         if not potential.any():
             return None, unschedulable("preemption: no node where preemption may help")
         now = self.handle.now()
@@ -522,12 +527,10 @@ class Preemption:
         return int(rows[np.lexsort(keys_)[0]])
 
     def _victim_units(self, u: _Units, out: _Out, row: int) -> list[int]:
-        k = self.table.k
-        units = u.slot_unit[row][out.victim[row]]
+        """The units evicted on `row`, each once, in slot order."""
         seen: dict[int, None] = {}
-        for unit in units.tolist():
+        for unit in u.slot_unit[row][out.victim[row]].tolist():
             seen.setdefault(int(unit), None)
-        del k
         return list(seen)
 
     def _unit_pods(self, u: _Units, unit: int) -> tuple[PodInfo, ...]:
