@@ -790,6 +790,7 @@ class Preemption:
             st = await port.nominate(member, where)
             if not st.is_success():
                 _log.warning("preemption: nominating %s to %s: %s", member.key, where, st.message())
+        failed = False
         for unit in units:
             if not unit:
                 continue
@@ -800,6 +801,7 @@ class Preemption:
                 _log.warning("preemption: evicting %s failed: %s", first.key, st.message())
                 for p in unit:
                     self.evicting.pop(p.uid, None)
+                failed = True
                 continue
             for p in rest:
                 # One member is gone, so the job is lost anyway: the others go too.
@@ -808,6 +810,13 @@ class Preemption:
                     _log.error(
                         "preemption: evicting gang member %s failed: %s", p.key, st.message()
                     )
+        if failed:
+            # The room will not come (a victim stayed): the nominations give it back, so
+            # other pods are not kept off those nodes for nothing; the preemptor's next
+            # attempt preempts again if it still does not fit.
+            for member, _where in placements:
+                self.nominations.pop(member.uid, None)
+                await port.nominate(member, "")
 
     def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
         """Run the writes in the background (PostFilter never awaits). Without a running
