@@ -46,6 +46,9 @@ class SchedulerHandle:
         self.waiting = WaitingPods()
         # Filled by ClusterEvents (which is built later and handed this same index).
         self.gang_index = GangIndex()
+        # Whether a pod is in the scheduling queue: set by whoever builds the queue (the
+        # daemon, the simulator); until then every pod counts as pending.
+        self.pending: Callable[[str], bool] = _always
 
     @property
     def snapshot(self) -> Snapshot:
@@ -113,6 +116,9 @@ class SchedulerHandle:
                 total = quota.add(total, quota.usage_of(pod.request))
         return total
 
+    def is_pending(self, uid: str) -> bool:
+        return self.pending(uid)
+
     def allocation_of(self, uid: str) -> Allocation | None:
         entry = self.cache.get(uid)
         return entry.alloc if entry is not None else None
@@ -129,3 +135,7 @@ class SchedulerHandle:
 
     def waiting_pods(self) -> Iterable[WaitingPod]:
         return iter(self.waiting)
+
+
+def _always(uid: str) -> bool:
+    return True

@@ -201,6 +201,8 @@ class Daemon:
             pre_enqueue=pre_enqueue_of(self.frameworks),
             on_gated=self._on_gated,
         )
+        queue = self.queue
+        self.handle.pending = lambda uid: bool(queue.where(uid))
         topo: TopologyKeys = config.topology_keys
         self.node_watch: Reflector[NodeModel] = Reflector(
             kube,

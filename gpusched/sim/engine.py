@@ -219,6 +219,8 @@ class Simulation:
         self.queue = SchedulingQueue(
             self.fw.less, self.clock, pre_enqueue=pre_enqueue_of({self.name: self.fw})
         )
+        queue = self.queue
+        self.handle.pending = lambda uid: bool(queue.where(uid))
         self.events = ClusterEvents(
             self.cache,
             self.queue,

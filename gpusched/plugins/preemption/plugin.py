@@ -261,7 +261,11 @@ class Preemption:
         now = self.handle.now()
         ttl = self.args.nomination_timeout_seconds
         for uid, nom in list(self.nominations.items()):
-            if now - nom.since > ttl or self.handle.allocation_of(uid) is not None:
+            if (
+                now - nom.since > ttl
+                or self.handle.allocation_of(uid) is not None
+                or not self.handle.is_pending(uid)
+            ):
                 del self.nominations[uid]
         for uid in [u for u in self.evicting if self.handle.allocation_of(u) is None]:
             del self.evicting[uid]

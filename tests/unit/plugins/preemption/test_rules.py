@@ -169,3 +169,27 @@ def test_lost_work_clamps_the_checkpoint_and_uses_the_interval() -> None:
     every = {keys.CHECKPOINT_INTERVAL: "1000"}
     assert lost_seconds(dataclasses.replace(base, annotations=every), 4600.0) == 600.0
     assert lost_seconds(dataclasses.replace(base, start_time=0.0), 4600.0) == 0.0
+
+
+def test_a_deleted_preemptor_gives_its_room_back() -> None:
+    s = _sim("n0")
+    _place(s, _pod("v", 8), 0.0)
+    s.advance(100.0)
+    assert s.submit(_pod("hp", 8, prio=100)).nominated == "n0"
+    s.withdraw("uid-hp")  # deleted while backing off
+    low = s.submit(_pod("low", 8, prio=50))
+    assert low.result is Result.SCHEDULED and low.node == "n0"
+    assert _plugin(s).nominations == {}
+
+
+def test_a_nomination_expires() -> None:
+    s = _sim("n0")
+    _place(s, _pod("v", 8), 0.0)
+    s.advance(100.0)
+    assert s.submit(_pod("hp", 8, prio=100)).nominated == "n0"
+    plugin = _plugin(s)
+    plugin._purge()
+    assert set(plugin.nominations) == {"uid-hp"}  # pending (backing off), not expired
+    plugin.nominations["uid-hp"].since = -1000.0  # older than nominationTimeoutSeconds
+    plugin._purge()
+    assert plugin.nominations == {}
