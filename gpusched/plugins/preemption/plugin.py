@@ -56,7 +56,15 @@ from gpusched.plugins.preemption.table import VictimTable
 NAME = "Preemption"
 GANG_PLUGIN = "GangScheduling"
 HOSTNAME = "kubernetes.io/hostname"
-NOMINATED = "node(s) were nominated to a pod of equal or higher priority that needs the room"
+# The Filter's reasons (a node that cannot hold the pods nominated to it and this pod), in
+# kube-scheduler's words (NodeResourcesFit, GPUFit): _shortage's codes - 1.
+SHORTAGES = (
+    "Insufficient cpu",
+    "Insufficient memory",
+    "Too many pods",
+    f"Insufficient {keys.GPU_RESOURCE}",
+    "Insufficient GPU share (no single card with enough free share and memory)",
+)
 NEVER = "not eligible due to preemptionPolicy=Never."
 TERMINATING = "not eligible due to a terminating pod on the nominated node."
 # PDB or tenant-guarantee conflicts re-evaluated per node before a node is given up; stale
@@ -226,6 +234,12 @@ class Preemption:
     # -- Filter: the room nominated pods hold ------------------------------------------------
 
     def filter(self, state: CycleState, pod: PodInfo, candidates: Mask) -> FilterResult:
+        """kube-scheduler runs a pod's filters with the pods nominated to the node (of equal
+        or higher priority) added to it, so such a node says "Insufficient <resource>" when
+        it cannot hold both; here the nominated pods are taken from a copy of the node's
+        free capacity (one whose victims are still there takes all its free cards), then
+        the pod, and the first shortage names the reason, in NodeResourcesFit's and
+        GPUFit's words."""
         if not self.nominations:
             return FilterResult(candidates)
         self._purge()
@@ -240,11 +254,26 @@ class Preemption:
         if not by_row:
             return FilterResult(candidates)
         feasible = candidates.copy()
+        codes = np.zeros(len(candidates), np.int8)
         for row, held in by_row.items():
             free = _row_free(self.handle, row)
-            if not all(_place(self.handle, free, 0, row, p.request) for p in (*held, pod)):
+            for p in held:
+                if _place(self.handle, free, 0, row, p.request):
+                    continue
+                # Not room for it yet (its victims are terminating): it holds what it asks
+                # for anyway, and all free cards (which ones it gets is not known yet).
+                req = p.request
+                free.cpu[0] -= req.cpu_milli
+                free.memory[0] -= req.memory_bytes
+                free.pods[0] -= 1
+                if req.gpu_milli_total or req.gpu_mem_mib:
+                    free.milli[0] = np.minimum(free.milli[0], 0)
+                    free.mem[0] = np.minimum(free.mem[0], 0)
+            code = _shortage(self.handle, free, 0, row, pod.request)
+            if code:
                 feasible[row] = False
-        return FilterResult(feasible, (NOMINATED,))
+                codes[row] = code - 1
+        return FilterResult(feasible, SHORTAGES, codes)
 
     # -- Reserve: the preemptor is placed -------------------------------------------------------
 
@@ -870,6 +899,27 @@ def _row_free(handle: Handle, row: int) -> _Free:
         snap.node_mem_free[sl].copy(),
         snap.node_pods_free[sl].copy(),
     )
+
+
+def _shortage(handle: Handle, free: _Free, at: int, row: int, req: PodRequest) -> int:
+    """0 when `req` fits row `at` of `free` (untouched), else what is short: 1 cpu, 2
+    memory, 3 pod slots, 4 whole cards, 5 a card share."""
+    if free.cpu[at] < req.cpu_milli:
+        return 1
+    if free.memory[at] < req.memory_bytes:
+        return 2
+    if free.pods[at] < 1:
+        return 3
+    trial = _Free(
+        free.milli[at : at + 1].copy(),
+        free.mem[at : at + 1].copy(),
+        free.cpu[at : at + 1].copy(),
+        free.memory[at : at + 1].copy(),
+        free.pods[at : at + 1].copy(),
+    )
+    if _place(handle, trial, 0, row, req):
+        return 0
+    return 4 if req.gpu_cards else 5
 
 
 def _place(handle: Handle, free: _Free, at: int, row: int, req: PodRequest) -> bool:

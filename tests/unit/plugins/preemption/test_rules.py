@@ -20,7 +20,7 @@ from gpusched.model import keys
 from gpusched.model.lost_work import lost_gpu_hours, lost_seconds
 from gpusched.model.pod import Gang, GangAPI, PodInfo
 from gpusched.plugins import default_registry
-from gpusched.plugins.preemption.plugin import NOMINATED, TERMINATING, Preemption
+from gpusched.plugins.preemption.plugin import TERMINATING, Preemption
 from gpusched.sim.engine import Simulation
 from tests.builders import gpu_node
 from tests.fakes import FakeCluster
@@ -47,7 +47,8 @@ def test_the_nominated_node_keeps_its_room_for_the_preemptor() -> None:
     # hp is backing off; a lower-priority pod that would fit the freed node is refused it.
     low = s.submit(_pod("low", 8, prio=50))
     assert low.result is Result.UNSCHEDULABLE
-    assert NOMINATED in low.message
+    # kube's words: its filters ran with the nominated pod added to the node
+    assert low.message == "0/1 nodes are available: 1 Insufficient nvidia.com/gpu."
     s.advance(200.0)
     assert s.cache.get("uid-hp") is not None  # the preemptor got its node
     assert _plugin(s).nominations == {}  # and gave up the nomination at Reserve
