@@ -623,6 +623,9 @@ class Preemption:
             if row < 0:
                 return None
             units = self._victim_units(u, out, row)
+            if not self._other_fits(pod.request, row, units, u):
+                out.feasible[row] = False  # short of an extended resource even then
+                continue
             bad = self._conflicts(pod, u, units)
             if not bad:
                 return Choice(
@@ -638,6 +641,27 @@ class Preemption:
             for name in _Out.__slots__:
                 getattr(out, name)[row] = getattr(again, name)[row]
         return None
+
+    def _other_fits(self, req: PodRequest, row: int, units: Sequence[int], u: _Units) -> bool:
+        """Whether the row has the pod's other resources (extended resources,
+        ephemeral-storage, hugepages) once `units` are gone: the kernel counts cards, cpu,
+        memory and pod slots only."""
+        if not req.other:
+            return True
+        snap = self.handle.snapshot
+        freed: dict[str, int] = {}
+        for unit in units:
+            for p in self._unit_pods(u, unit):
+                if self.table.uid_slot.get(p.uid, (-1, 0))[0] != row:
+                    continue  # a gang member elsewhere frees nothing here
+                for name, amount in p.request.other:
+                    freed[name] = freed.get(name, 0) + amount
+        for name, amount in req.other:
+            col = snap.other_column(name)
+            have = int(snap.node_other_free[row, col]) if col >= 0 else 0
+            if have + freed.get(name, 0) < amount:
+                return False
+        return True
 
     def _gang(
         self,

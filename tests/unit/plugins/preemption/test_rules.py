@@ -17,6 +17,7 @@ from gpusched.framework.disruption import Budget
 from gpusched.framework.gangs import PodGroupSpec, StaticGangs
 from gpusched.framework.status import Code, Status
 from gpusched.model import keys
+from gpusched.model.keys import RACK_LABEL
 from gpusched.model.lost_work import lost_gpu_hours, lost_seconds
 from gpusched.model.pod import Gang, GangAPI, PodInfo
 from gpusched.plugins import default_registry
@@ -194,3 +195,30 @@ def test_a_nomination_expires() -> None:
     plugin.nominations["uid-hp"].since = -1000.0  # older than nominationTimeoutSeconds
     plugin._purge()
     assert plugin.nominations == {}
+
+
+def test_a_node_short_of_an_extended_resource_even_after_evicting_is_not_chosen() -> None:
+    # n0: x (8 cards, young: cheap) and z (priority 200, no GPU) holding n0's one HCA;
+    # n1: y (8 cards, older: dearer), its HCA free. The preemptor needs 8 cards and an HCA:
+    # evicting x would free the cards but not the HCA, so y goes.
+    hca = "example.com/hca"
+    nodes = [
+        dataclasses.replace(gpu_node(n, rack=f"r{n}"), other=((hca, 1),)) for n in ("n0", "n1")
+    ]
+    reg = default_registry()
+    s = Simulation(nodes, builtin_profile("ai-scheduler", reg), reg, seed=1)
+
+    def needs_hca(p: PodInfo) -> PodInfo:
+        return dataclasses.replace(p, request=dataclasses.replace(p.request, other=((hca, 1),)))
+
+    _place(s, _pod("y", 8), 0.0)  # n0 or n1; the rest follows where it went
+    y_node = s.cache.get("uid-y").node  # type: ignore[union-attr]
+    other = "n1" if y_node == "n0" else "n0"
+    z = dataclasses.replace(
+        needs_hca(_pod("z", 0, prio=200)), node_selector={RACK_LABEL: f"r{other}"}
+    )
+    _place(s, z, 10.0)
+    _place(s, _pod("x", 8), 2000.0)
+    s.advance(3000.0)
+    s.submit(needs_hca(_pod("hp", 8, prio=100)))
+    assert _victims(s) == ["y"]
