@@ -223,6 +223,10 @@ class Preemption:
             self.table.reread(self.handle, stale, self._tenant_id)
             choice = None
         if choice is None:
+            if self.nominations.pop(pod.uid, None) is not None:
+                # kube's PostFilter clears the nominatedNodeName of a pod that found no
+                # candidate: its room is not coming, and no one should be kept off for it.
+                self._spawn(self._clear(pod))
             return None, unschedulable(
                 "preemption: no victims found: evicting what the rules allow frees no node"
                 " for the pod"
@@ -874,6 +878,11 @@ class Preemption:
             for member, _where in placements:
                 self.nominations.pop(member.uid, None)
                 await port.nominate(member, "")
+
+    async def _clear(self, pod: PodInfo) -> None:
+        st = await self.handle.disruption.nominate(pod, "")
+        if not st.is_success():
+            _log.warning("preemption: clearing the nomination of %s: %s", pod.key, st.message())
 
     def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
         """Run the writes in the background (PostFilter never awaits). Without a running

@@ -8,7 +8,7 @@ import asyncio
 import dataclasses
 from collections.abc import Sequence
 
-from gpusched.config import builtin_profile
+from gpusched.config import builtin_profile, load_config
 from gpusched.core.cache.cache import ClusterCache
 from gpusched.core.cache.snapshot import Snapshot
 from gpusched.core.handle import SchedulerHandle
@@ -222,3 +222,37 @@ def test_a_node_short_of_an_extended_resource_even_after_evicting_is_not_chosen(
     s.advance(3000.0)
     s.submit(needs_hca(_pod("hp", 8, prio=100)))
     assert _victims(s) == ["y"]
+
+
+def test_a_nominated_pod_that_finds_no_victims_any_more_loses_its_nomination() -> None:
+    s = _sim("n0")
+    _place(s, _pod("v", 8), 0.0)
+    s.advance(100.0)
+    assert s.submit(_pod("hp", 8, prio=100)).nominated == "n0"
+    # Before hp binds, a higher-priority pod takes the node and cannot be preempted by it.
+    top = s.submit(_pod("top", 8, prio=1000))
+    assert top.result is Result.SCHEDULED and top.node == "n0"
+    s.advance(200.0)  # hp retried: no victims now
+    assert _plugin(s).nominations == {}
+    assert s.cluster.nominated == {}  # status.nominatedNodeName cleared
+
+
+def test_kube_default_evicts_a_pdb_protected_pod_when_nothing_else_makes_room() -> None:
+    # kube-scheduler's PDBs are best effort: the fewest violations, not none.
+    reg = default_registry()
+    doc = {
+        "apiVersion": "gpusched.io/v1alpha1",
+        "kind": "GpuSchedulerConfiguration",
+        "profiles": [
+            {
+                "schedulerName": "ai-scheduler",
+                "pluginConfig": [{"name": "Preemption", "args": {"strategy": "KubeDefault"}}],
+            }
+        ],
+    }
+    s = Simulation([gpu_node("n0")], load_config(doc, reg).profiles[0], reg, seed=1)
+    _place(s, _pod("db", 8), 0.0)
+    s.cluster.budgets.append((Budget("ns/db", 0), lambda p: p.name == "db"))
+    s.advance(100.0)
+    s.submit(_pod("hp", 8, prio=100))
+    assert _victims(s) == ["db"]
