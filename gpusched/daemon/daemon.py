@@ -66,6 +66,7 @@ from gpusched.kube.dra import KubeDra
 from gpusched.kube.lease import KubeLeases, LeaderElector, default_identity
 from gpusched.kube.ops import pod_path
 from gpusched.kube.podgroups import KubePodGroups
+from gpusched.kube.quotas import KubeQuotas
 from gpusched.kube.volumes import CLAIMS, CLASSES, CSI_NODES, VOLUMES, KubeVolumes
 from gpusched.kube.watch import Backoff, EventType, Reflector
 from gpusched.kube.writer import ClusterWriter, ObjectRef
@@ -168,6 +169,15 @@ class Daemon:
                 watch_timeout=config.watch.timeout_seconds,
                 read_timeout=config.watch.read_timeout_seconds,
             )
+        # Tenants and their ElasticQuotas (kube/quotas.py), always: admission, reclaim and
+        # the fair order all read tenancy; without the CRD the watch idles (no quotas).
+        self.quotas = KubeQuotas(
+            kube,
+            on_change=self._on_quota,
+            backoff=lambda: _backoff(config.watch),
+            watch_timeout=config.watch.timeout_seconds,
+            read_timeout=config.watch.read_timeout_seconds,
+        )
         self.handle = SchedulerHandle(
             self.cache,
             self.writer,
@@ -175,6 +185,7 @@ class Daemon:
             volumes=self.volumes or NO_VOLUMES,
             gangs=self.pod_groups or NO_GANGS,
             dra=self.dra or NO_DRA,
+            tenancy=self.quotas,
         )
         # What the PodGroup status operator writes (only the leader runs it).
         self.gang_board: GangBoard | None = None
@@ -201,6 +212,7 @@ class Daemon:
             pre_enqueue=pre_enqueue_of(self.frameworks),
             on_gated=self._on_gated,
         )
+        self.queue.tenant_of = self.quotas.tenant_of
         topo: TopologyKeys = config.topology_keys
         self.node_watch: Reflector[NodeModel] = Reflector(
             kube,
@@ -243,6 +255,7 @@ class Daemon:
                 *(self.volumes.reflectors if self.volumes else ()),
                 *(self.pod_groups.reflectors if self.pod_groups else ()),
                 *(self.dra.reflectors if self.dra else ()),
+                *self.quotas.reflectors,
             ],
             lambda: len(self.queue.active),
             watch_stall=config.liveness.watch_stall_seconds,
@@ -349,6 +362,7 @@ class Daemon:
             background.append(asyncio.create_task(self.pod_groups.run(), name="watch podgroups"))
         if self.dra is not None:
             background.append(asyncio.create_task(self.dra.run(), name="watch dra"))
+        background.append(asyncio.create_task(self.quotas.run(), name="watch elasticquotas"))
         loop_task: asyncio.Task[None] | None = None
         elector_task: asyncio.Task[None] | None = None
         try:
@@ -363,6 +377,9 @@ class Daemon:
                 # Every allocated claim known before the first attempt: a device is never
                 # handed out twice across a restart.
                 *([self.dra.wait_synced()] if self.dra else []),
+                # Every tenant's quota known before the first attempt: a restart must not
+                # admit past a max it has not read yet.
+                self.quotas.wait_synced(),
                 self.namespace_watch.synced.wait(),
             )
             stop = asyncio.ensure_future(self._stop.wait())
@@ -673,8 +690,15 @@ class Daemon:
         self.metrics.watch_events.labels("namespaces").inc()
         if kind is EventType.DELETED:
             self.cache.remove_namespace(ns.name)
+            self.quotas.remove_namespace(ns.name)
         else:
             self.cache.set_namespace(ns.name, ns.labels)
+            self.quotas.set_namespace(ns.name, ns.labels)
+
+    def _on_quota(self) -> None:
+        """An ElasticQuota changed, or a Namespace moved to another tenant (kube/quotas.py):
+        the pods ElasticQuota refused are judged again."""
+        self.queue.move_all(ClusterEvent.QUOTA_CHANGE)
 
     def _on_pod(self, kind: EventType, pod: PodInfo) -> None:
         self.metrics.watch_events.labels("pods").inc()
