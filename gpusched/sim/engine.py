@@ -32,6 +32,7 @@ from gpusched.framework.dra import NO_DRA, DraPort
 from gpusched.framework.gangs import NO_GANGS, GangPort
 from gpusched.framework.registry import Registry
 from gpusched.framework.status import ClusterWriteError, Code, Status
+from gpusched.framework.tenancy import NO_TENANCY, TenancyPort
 from gpusched.model import keys
 from gpusched.model.node import NodeModel
 from gpusched.model.pod import PodInfo, parse_gpu_ids
@@ -132,7 +133,10 @@ class Simulation:
         tie_break: TieBreak | None = None,
         gangs: GangPort = NO_GANGS,
         dra: DraPort = NO_DRA,
+        tenancy: TenancyPort = NO_TENANCY,
     ) -> None:
+        """`tenancy`: tenants and their quotas (a StaticTenancy: namespaces to tenants,
+        TenantQuota per tenant), so ElasticQuota is simulated as it runs in the daemon."""
         node_list = list(nodes)
         self.clock = VirtualClock()
         self.cache = ClusterCache(Snapshot(max_cards, capacity=max(64, len(node_list))))
@@ -140,7 +144,9 @@ class Simulation:
         # DRA: the simulator's in-memory claims and slices (framework/dra.py MemoryDra),
         # when the workload has them; nodes then take their cards from the slices.
         self.dra = dra
-        self.handle = SchedulerHandle(self.cache, self.cluster, self.clock, gangs=gangs, dra=dra)
+        self.handle = SchedulerHandle(
+            self.cache, self.cluster, self.clock, gangs=gangs, dra=dra, tenancy=tenancy
+        )
         self.fw = Framework(
             profile,
             registry,
@@ -152,6 +158,7 @@ class Simulation:
         self.queue = SchedulingQueue(
             self.fw.less, self.clock, pre_enqueue=pre_enqueue_of({self.name: self.fw})
         )
+        self.queue.tenant_of = tenancy.tenant_of
         self.events = ClusterEvents(
             self.cache,
             self.queue,
