@@ -46,6 +46,10 @@ class SchedulerHandle:
         self.waiting = WaitingPods()
         # Filled by ClusterEvents (which is built later and handed this same index).
         self.gang_index = GangIndex()
+        # tenant -> its namespaces holding placed pods, and the (cache namespace version,
+        # tenancy generation) it was grouped at (tenant_usage).
+        self._groups: dict[str, list[str]] = {}
+        self._groups_stamp: tuple[int, int] = (-1, -1)
 
     @property
     def snapshot(self) -> Snapshot:
@@ -102,14 +106,22 @@ class SchedulerHandle:
         return self._disruption
 
     def tenant_usage(self, tenant: str) -> quota.Usage:
-        # The cache keeps each namespace's sum (core/cache/cache.py); a tenant is the
-        # namespaces the tenancy port maps to it, so a relabelled Namespace moves its usage
-        # at once. One dict lookup per namespace holding placed pods.
-        tenant_of = self._tenancy.tenant_of
+        # The cache keeps each namespace's sum (core/cache/cache.py); the namespaces are
+        # grouped by tenant once per change of the namespace set or of the tenancy
+        # (generation), so this reads only the tenant's own namespaces. A relabelled
+        # Namespace moves its usage at once.
+        stamp = (self.cache.namespace_version, self._tenancy.generation)
+        usage = self.cache.namespace_usage()
+        if stamp != self._groups_stamp:
+            groups: dict[str, list[str]] = {}
+            tenant_of = self._tenancy.tenant_of
+            for namespace in usage:
+                groups.setdefault(tenant_of(namespace), []).append(namespace)
+            self._groups, self._groups_stamp = groups, stamp
         total: quota.Usage | None = None
-        for namespace, usage in self.cache.namespace_usage().items():
-            if tenant_of(namespace) == tenant:
-                total = usage if total is None else quota.add(total, usage)
+        for namespace in self._groups.get(tenant, ()):
+            u = usage[namespace]
+            total = u if total is None else quota.add(total, u)
         return quota.ZERO if total is None else total
 
     def gang_members(self, key: str) -> Sequence[tuple[PodInfo, str]]:

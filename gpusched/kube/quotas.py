@@ -62,6 +62,7 @@ class KubeQuotas:
         self.specs: dict[str, ElasticQuotaSpec] = {}  # "namespace/name" -> spec
         # Namespaces whose label names a tenant other than themselves.
         self._tenant_of: dict[str, str] = {}
+        self._generation = 0  # bumped when a namespace changes tenant (TenancyPort)
         self._by_tenant: dict[str, TenantQuota] = {}
         self._objects_of: dict[str, tuple[ElasticQuotaSpec, ...]] = {}
         self.watch: Reflector[ElasticQuotaSpec] = Reflector(
@@ -103,10 +104,12 @@ class KubeQuotas:
         else:
             self._tenant_of[name] = tenant
         if tenant != before:
+            self._generation += 1
             self._rebuild()
 
     def remove_namespace(self, name: str) -> None:
         if self._tenant_of.pop(name, None) is not None:
+            self._generation += 1
             self._rebuild()
 
     # -- TenancyPort ----------------------------------------------------------------------
@@ -116,6 +119,10 @@ class KubeQuotas:
 
     def quota(self, tenant: str) -> TenantQuota | None:
         return self._by_tenant.get(tenant)
+
+    @property
+    def generation(self) -> int:
+        return self._generation
 
     def quotas(self) -> Iterable[TenantQuota]:
         return tuple(self._by_tenant.values())
