@@ -52,6 +52,7 @@ from gpusched.core.runtime.framework import Framework, pre_enqueue_of
 from gpusched.core.schedule_one import Result, ScheduleOne
 from gpusched.daemon.gang_status import GangStatusPublisher
 from gpusched.daemon.liveness import Liveness
+from gpusched.daemon.quota_status import QuotaStatusPublisher
 from gpusched.daemon.reporting import Reporter
 from gpusched.daemon.tasks import Tasks
 from gpusched.daemon.warmup import warm_kernels
@@ -76,6 +77,7 @@ from gpusched.model.node import NodeModel, TopologyKeys, node_from_k8s
 from gpusched.model.pod import GangAPI, GpuKind, PodInfo, pod_from_k8s
 from gpusched.observability.metrics import Metrics
 from gpusched.operator.board import GangBoard
+from gpusched.operator.quota_board import QuotaBoard
 
 if TYPE_CHECKING:
     from gpusched.operator.operator import StatusOperator
@@ -194,6 +196,10 @@ class Daemon:
         if gangs:
             self.gang_board = GangBoard()
             self.gang_status = GangStatusPublisher(self.gang_board, self.handle)
+        # ElasticQuota status.used and its Warning Events (the same operator writes them).
+        self.quota_board = QuotaBoard()
+        self.quota_status = QuotaStatusPublisher(self.quota_board, self.quotas, self.handle)
+        self.cache.usage_changed = self.quota_status.namespace_used
         # One framework per profile; a pod goes to the one named by its schedulerName.
         self.frameworks: dict[str, Framework] = {
             p.scheduler_name: Framework(
@@ -488,10 +494,13 @@ class Daemon:
             pause.cancel()
 
     def _start_status_operator(self) -> None:
-        """The PodGroup status operator, while we lead (kopf in a thread of its own)."""
-        if self.gang_board is None:
+        """The PodGroup and ElasticQuota status operator, while we lead (kopf in a thread
+        of its own)."""
+        quota_board = self.quota_board if self.quotas.served else None
+        if self.status_operator is not None or (self.gang_board is None and not self.quotas.specs):
+            # Nothing to keep yet: the first ElasticQuota starts it (_on_quota).
             return
-        # kopf costs ~0.8 s to import: only a daemon that keeps PodGroup status pays it.
+        # kopf costs ~0.8 s to import: only a daemon that keeps some status pays it.
         from gpusched.operator.operator import StatusOperator  # noqa: PLC0415 - see above
 
         cc = self.config.client_connection
@@ -501,9 +510,14 @@ class Daemon:
             instance=self.options.instance,
             qps=cc.qps,
             burst=cc.burst,
+            quota_board=quota_board,
         )
         self.status_operator.start()
-        self.log.info("PodGroup status operator started")
+        self.log.info(
+            "status operator started",
+            podgroups=self.gang_board is not None,
+            elasticquotas=quota_board is not None,
+        )
 
     def _fence(self) -> str | None:
         return self.elector.fence() if self.elector is not None else None
@@ -590,11 +604,15 @@ class Daemon:
         self.metrics.watch_events.labels("nodes").inc()
         if kind is EventType.DELETED:
             self.events.node_deleted(node.name)
+            self.quota_status.touch_all()  # the cluster's capacity shrank
             gone = self.overcommit.forget(node.name)
             if gone is not None:
                 self._report_overcommit(gone)
             return
         old = self.events.nodes.get(node.name)
+        if old is None or _capacity_of(old) != _capacity_of(node):
+            # What the quota capacity counts (mins above it are scaled down).
+            self.quota_status.touch_all()
         if old is None or old.allocatable_gpus != node.allocatable_gpus:
             # Only what the over-commit count reads: status heartbeats mark nothing.
             self.overcommit.mark(node.name)
@@ -699,6 +717,9 @@ class Daemon:
         """An ElasticQuota changed, or a Namespace moved to another tenant (kube/quotas.py):
         the pods ElasticQuota refused are judged again."""
         self.queue.move_all(ClusterEvent.QUOTA_CHANGE)
+        self.quota_status.touch_all()
+        if self.leading.is_set() and self.status_operator is None and self.quotas.specs:
+            self._start_status_operator()  # the first ElasticQuota of a gang-less daemon
 
     def _on_pod(self, kind: EventType, pod: PodInfo) -> None:
         self.metrics.watch_events.labels("pods").inc()
@@ -843,6 +864,10 @@ _STORAGE_EVENTS = {
     CLASSES: ClusterEvent.STORAGE_CLASS_CHANGE,
     CSI_NODES: ClusterEvent.CSI_NODE_CHANGE,
 }
+
+
+def _capacity_of(node: NodeModel) -> tuple[object, ...]:
+    return (node.cards, node.cpu_milli, node.memory_bytes, node.pods)
 
 
 def _node(raw: JSON, topo: TopologyKeys) -> NodeModel:
