@@ -20,6 +20,10 @@
     (kube/podgroups.py) feed Handle.gangs and ClusterEvents.pod_group_changed; member and
     attempt changes go to a GangBoard (daemon/gang_status.py), which the PodGroup status
     operator (operator/operator.py, a kopf thread) writes while this instance leads
+    tenants and quotas (always): the ElasticQuota watch and the Namespace labels
+    (kube/quotas.py) are Handle.tenancy; quota changes requeue the pods ElasticQuota
+    refused; each quota's usage goes to a QuotaBoard (daemon/quota_status.py), written as
+    status.used by the same operator while this instance leads
 
 The simulator drives the same ScheduleOne and event handlers; only this file's watches,
 tasks and signals are the daemon's own. Everything that touches the cache runs on the one

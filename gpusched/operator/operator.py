@@ -1,11 +1,12 @@
-"""The kopf operator embedded in `gpusched run`: it writes PodGroup status while this
-replica holds the leader Lease.
+"""The kopf operator embedded in `gpusched run`: it writes PodGroup status and ElasticQuota
+`status.used` while this replica holds the leader Lease.
 
 kopf's embedding recipe (kopf.readthedocs.io "Embedding"): `kopf.operator(...)` in a
 thread of its own with its own event loop, stopped through `stop_flag`; clusterwide, and
 standalone (no peering objects: the Lease already makes one writer). What it touches:
 
-* watches both PodGroup APIs through kopf (`on.event` handlers: they need no finalizer,
+* watches both PodGroup APIs (when gangs are scheduled) and ElasticQuotas (when the CRD is
+  served) through kopf (`on.event` handlers: they need no finalizer,
   keep no progress, write no annotation); progress and diff-base stores are in memory
   anyway, so no handler could ever write kopf's annotations;
 * no Events from kopf (`settings.posting.enabled = False`: the daemon posts its own);
@@ -17,11 +18,14 @@ standalone (no peering objects: the Lease already makes one writer). What it tou
   the latter re-read on each login, as the daemon's client does);
 * writes, through a client of its own on this thread's loop: `podgroups/status` merge
   patches (only when the computed status differs from the object's, status.py) and, for
-  x-k8s PodGroups, a FailedScheduling Event when the reason they wait changes.
+  x-k8s PodGroups, a FailedScheduling Event when the reason they wait changes;
+  `elasticquotas/status` merge patches of `used` (only when it differs) and the Warning
+  Events the daemon reports for a quota (InvalidQuota, MinimumsExceedCluster), each once
+  per message.
 
-What to write comes from the GangBoard the daemon publishes (board.py); a board change
-wakes exactly the PodGroups it names, kopf's events wake the object that changed, and one
-worker writes them in turn, so nothing polls.
+What to write comes from the GangBoard and the QuotaBoard the daemon publishes (board.py,
+quota_board.py); a board change wakes exactly the objects it names, kopf's events wake the
+object that changed, and one worker per kind writes them in turn, so nothing polls.
 """
 
 from __future__ import annotations
