@@ -50,6 +50,13 @@ class SchedulerHandle:
         self.waiting = WaitingPods()
         # Filled by ClusterEvents (which is built later and handed this same index).
         self.gang_index = GangIndex()
+        # Whether a pod is in the scheduling queue: set by whoever builds the queue (the
+        # daemon, the simulator); until then every pod counts as pending.
+        self.pending: Callable[[str], bool] = _always
+        # tenant -> its namespaces holding placed pods, and the (cache namespace version,
+        # tenancy generation) it was grouped at (tenant_usage).
+        self._groups: dict[str, list[str]] = {}
+        self._groups_stamp: tuple[int, int] = (-1, -1)
 
     @property
     def snapshot(self) -> Snapshot:
@@ -109,16 +116,26 @@ class SchedulerHandle:
         return self._disruption
 
     def tenant_usage(self, tenant: str) -> quota.Usage:
-        # A walk over every placed pod: the contract's reference; the cache's per-namespace
-        # index replaces it.
-        total = quota.ZERO
-        for entry in self.cache.allocations():
-            pod = entry.pod
-            if entry.alloc is None or pod.terminal:
-                continue
-            if self._tenancy.tenant_of(pod.namespace) == tenant:
-                total = quota.add(total, quota.usage_of(pod.request))
-        return total
+        # The cache keeps each namespace's sum (core/cache/cache.py); the namespaces are
+        # grouped by tenant once per change of the namespace set or of the tenancy
+        # (generation), so this reads only the tenant's own namespaces. A relabelled
+        # Namespace moves its usage at once.
+        stamp = (self.cache.namespace_version, self._tenancy.generation)
+        usage = self.cache.namespace_usage()
+        if stamp != self._groups_stamp:
+            groups: dict[str, list[str]] = {}
+            tenant_of = self._tenancy.tenant_of
+            for namespace in usage:
+                groups.setdefault(tenant_of(namespace), []).append(namespace)
+            self._groups, self._groups_stamp = groups, stamp
+        total: quota.Usage | None = None
+        for namespace in self._groups.get(tenant, ()):
+            u = usage[namespace]
+            total = u if total is None else quota.add(total, u)
+        return quota.ZERO if total is None else total
+
+    def is_pending(self, uid: str) -> bool:
+        return self.pending(uid)
 
     def allocation_of(self, uid: str) -> Allocation | None:
         entry = self.cache.get(uid)
@@ -136,3 +153,7 @@ class SchedulerHandle:
 
     def waiting_pods(self) -> Iterable[WaitingPod]:
         return iter(self.waiting)
+
+
+def _always(uid: str) -> bool:
+    return True

@@ -114,6 +114,9 @@ class _StubHandle:
     def tenant_usage(self, tenant: str) -> quota.Usage:
         return quota.ZERO
 
+    def is_pending(self, uid: str) -> bool:
+        return False
+
     def allocation_of(self, uid: str) -> Allocation | None:
         return None
 

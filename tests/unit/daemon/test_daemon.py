@@ -114,11 +114,12 @@ def _quiet_storage(d: Daemon) -> None:
     they report synced at once and then wait to be cancelled."""
     assert d.volumes is not None
     # Nor the PodGroup watches (the default profile's GangScheduling), where there are any,
-    # nor the DRA ones (DynamicResources), nor the PodDisruptionBudgets' (Preemption).
+    # nor the DRA ones (DynamicResources), nor the ElasticQuota one (always), nor the
+    # PodDisruptionBudgets' (Preemption).
     groups = d.pod_groups.reflectors if d.pod_groups is not None else ()
     dra = d.dra.reflectors if d.dra is not None else ()
     budgets = d.disruption.reflectors if d.disruption is not None else ()
-    for reflector in (*d.volumes.reflectors, *groups, *dra, *budgets):
+    for reflector in (*d.volumes.reflectors, *groups, *dra, *d.quotas.reflectors, *budgets):
         reflector.synced.set()
         reflector.run = _idle  # type: ignore[method-assign]
 
@@ -627,6 +628,7 @@ async def test_healthz_sees_the_watches_and_a_wedged_loop(
         d.namespace_watch,
         *d.volumes.reflectors,
         *d.dra.reflectors,
+        *d.quotas.reflectors,
         *d.disruption.reflectors,
     ]
     clock.t += 3600
@@ -772,6 +774,7 @@ def test_storage_is_watched_only_when_a_profile_has_a_volume_plugin() -> None:
         d.namespace_watch,
         *d.pod_groups.reflectors,
         *d.dra.reflectors,
+        *d.quotas.reflectors,
         *d.disruption.reflectors,
     ]
 

@@ -169,7 +169,12 @@ async def test_a_standby_logs_it_and_writes_the_event_once_it_leads(
     assert d.volumes is not None
     assert d.dra is not None
     assert d.disruption is not None
-    for reflector in (*d.volumes.reflectors, *d.dra.reflectors, *d.disruption.reflectors):
+    for reflector in (
+        *d.volumes.reflectors,
+        *d.dra.reflectors,
+        *d.quotas.reflectors,
+        *d.disruption.reflectors,
+    ):
         monkeypatch.setattr(reflector, "run", lambda r=reflector: synced(r))
     running = asyncio.create_task(d.run())
     await asyncio.wait_for(d.leading.wait(), GUARD)

@@ -8,7 +8,7 @@ import asyncio
 import dataclasses
 from collections.abc import Sequence
 
-from gpusched.config import builtin_profile
+from gpusched.config import builtin_profile, load_config
 from gpusched.core.cache.cache import ClusterCache
 from gpusched.core.cache.snapshot import Snapshot
 from gpusched.core.handle import SchedulerHandle
@@ -17,10 +17,11 @@ from gpusched.framework.disruption import Budget
 from gpusched.framework.gangs import PodGroupSpec, StaticGangs
 from gpusched.framework.status import Code, Status
 from gpusched.model import keys
+from gpusched.model.keys import RACK_LABEL
 from gpusched.model.lost_work import lost_gpu_hours, lost_seconds
 from gpusched.model.pod import Gang, GangAPI, PodInfo
 from gpusched.plugins import default_registry
-from gpusched.plugins.preemption.plugin import NOMINATED, TERMINATING, Preemption
+from gpusched.plugins.preemption.plugin import TERMINATING, Preemption
 from gpusched.sim.engine import Simulation
 from tests.builders import gpu_node
 from tests.fakes import FakeCluster
@@ -47,7 +48,8 @@ def test_the_nominated_node_keeps_its_room_for_the_preemptor() -> None:
     # hp is backing off; a lower-priority pod that would fit the freed node is refused it.
     low = s.submit(_pod("low", 8, prio=50))
     assert low.result is Result.UNSCHEDULABLE
-    assert NOMINATED in low.message
+    # kube's words: its filters ran with the nominated pod added to the node
+    assert low.message == "0/1 nodes are available: 1 Insufficient nvidia.com/gpu."
     s.advance(200.0)
     assert s.cache.get("uid-hp") is not None  # the preemptor got its node
     assert _plugin(s).nominations == {}  # and gave up the nomination at Reserve
@@ -148,7 +150,8 @@ def _writes(fail: set[str]) -> list[str]:
 
 
 def test_a_gang_whose_first_eviction_fails_keeps_every_member() -> None:
-    assert _writes({"a"}) == ["nominate hp n0", "a", "z"]
+    # ... and the nomination is given back: the room will not come.
+    assert _writes({"a"}) == ["nominate hp n0", "a", "z", "nominate hp "]
 
 
 def test_once_a_member_is_gone_the_rest_of_its_gang_goes_too() -> None:
@@ -168,3 +171,88 @@ def test_lost_work_clamps_the_checkpoint_and_uses_the_interval() -> None:
     every = {keys.CHECKPOINT_INTERVAL: "1000"}
     assert lost_seconds(dataclasses.replace(base, annotations=every), 4600.0) == 600.0
     assert lost_seconds(dataclasses.replace(base, start_time=0.0), 4600.0) == 0.0
+
+
+def test_a_deleted_preemptor_gives_its_room_back() -> None:
+    s = _sim("n0")
+    _place(s, _pod("v", 8), 0.0)
+    s.advance(100.0)
+    assert s.submit(_pod("hp", 8, prio=100)).nominated == "n0"
+    s.withdraw("uid-hp")  # deleted while backing off
+    low = s.submit(_pod("low", 8, prio=50))
+    assert low.result is Result.SCHEDULED and low.node == "n0"
+    assert _plugin(s).nominations == {}
+
+
+def test_a_nomination_expires() -> None:
+    s = _sim("n0")
+    _place(s, _pod("v", 8), 0.0)
+    s.advance(100.0)
+    assert s.submit(_pod("hp", 8, prio=100)).nominated == "n0"
+    plugin = _plugin(s)
+    plugin._purge()
+    assert set(plugin.nominations) == {"uid-hp"}  # pending (backing off), not expired
+    plugin.nominations["uid-hp"].since = -1000.0  # older than nominationTimeoutSeconds
+    plugin._purge()
+    assert plugin.nominations == {}
+
+
+def test_a_node_short_of_an_extended_resource_even_after_evicting_is_not_chosen() -> None:
+    # n0: x (8 cards, young: cheap) and z (priority 200, no GPU) holding n0's one HCA;
+    # n1: y (8 cards, older: dearer), its HCA free. The preemptor needs 8 cards and an HCA:
+    # evicting x would free the cards but not the HCA, so y goes.
+    hca = "example.com/hca"
+    nodes = [
+        dataclasses.replace(gpu_node(n, rack=f"r{n}"), other=((hca, 1),)) for n in ("n0", "n1")
+    ]
+    reg = default_registry()
+    s = Simulation(nodes, builtin_profile("ai-scheduler", reg), reg, seed=1)
+
+    def needs_hca(p: PodInfo) -> PodInfo:
+        return dataclasses.replace(p, request=dataclasses.replace(p.request, other=((hca, 1),)))
+
+    _place(s, _pod("y", 8), 0.0)  # n0 or n1; the rest follows where it went
+    y_node = s.cache.get("uid-y").node  # type: ignore[union-attr]
+    other = "n1" if y_node == "n0" else "n0"
+    z = dataclasses.replace(
+        needs_hca(_pod("z", 0, prio=200)), node_selector={RACK_LABEL: f"r{other}"}
+    )
+    _place(s, z, 10.0)
+    _place(s, _pod("x", 8), 2000.0)
+    s.advance(3000.0)
+    s.submit(needs_hca(_pod("hp", 8, prio=100)))
+    assert _victims(s) == ["y"]
+
+
+def test_a_nominated_pod_that_finds_no_victims_any_more_loses_its_nomination() -> None:
+    s = _sim("n0")
+    _place(s, _pod("v", 8), 0.0)
+    s.advance(100.0)
+    assert s.submit(_pod("hp", 8, prio=100)).nominated == "n0"
+    # Before hp binds, a higher-priority pod takes the node and cannot be preempted by it.
+    top = s.submit(_pod("top", 8, prio=1000))
+    assert top.result is Result.SCHEDULED and top.node == "n0"
+    s.advance(200.0)  # hp retried: no victims now
+    assert _plugin(s).nominations == {}
+    assert s.cluster.nominated == {}  # status.nominatedNodeName cleared
+
+
+def test_kube_default_evicts_a_pdb_protected_pod_when_nothing_else_makes_room() -> None:
+    # kube-scheduler's PDBs are best effort: the fewest violations, not none.
+    reg = default_registry()
+    doc = {
+        "apiVersion": "gpusched.io/v1alpha1",
+        "kind": "GpuSchedulerConfiguration",
+        "profiles": [
+            {
+                "schedulerName": "ai-scheduler",
+                "pluginConfig": [{"name": "Preemption", "args": {"strategy": "KubeDefault"}}],
+            }
+        ],
+    }
+    s = Simulation([gpu_node("n0")], load_config(doc, reg).profiles[0], reg, seed=1)
+    _place(s, _pod("db", 8), 0.0)
+    s.cluster.budgets.append((Budget("ns/db", 0), lambda p: p.name == "db"))
+    s.advance(100.0)
+    s.submit(_pod("hp", 8, prio=100))
+    assert _victims(s) == ["db"]
