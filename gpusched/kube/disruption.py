@@ -312,7 +312,10 @@ class KubeDisruption:
         for key, version in versions.items():
             pdb = self._budget(key)
             if pdb is not None and pdb.resource_version == version:
-                self.pending.setdefault(key, []).append(_Pending(victim.uid, version, now))
+                # Expired entries go here too: a budget the controller never rewrites (not
+                # the first of its pods') would otherwise keep them forever.
+                kept = [p for p in self.pending.get(key, ()) if now - p.at < PENDING_SECONDS]
+                self.pending[key] = [*kept, _Pending(victim.uid, version, now)]
         log.info(
             "preempted %s (uid %s) for %s on node %s", victim.key, victim.uid, preemptor.key, node
         )

@@ -261,3 +261,15 @@ async def test_a_status_written_while_the_deletion_is_answered_already_counts_it
     assert [b.disruptions_allowed for b in p.budgets_of(a2)] == [0]
     seen(p, pdb("guard", {"matchLabels": {"app": "a"}}, allowed=1, rv="12"))  # a3 came up
     assert [b.disruptions_allowed for b in p.budgets_of(a2)] == [1]
+
+
+async def test_expired_uncounted_evictions_are_forgotten() -> None:
+    t = [0.0]
+    kube = FakeKube(list)
+    p = KubeDisruption(kube, ClusterWriter(kube), clock=lambda: t[0])  # type: ignore[arg-type]
+    seen(p, pdb("guard", {}, allowed=5))
+    for i in range(3):
+        st = await p.evict(pod(f"a{i}"), preemptor=pod("big"), node="n", message="")
+        assert st.is_success()
+        t[0] += PENDING_SECONDS
+    assert [e.victim for e in p.pending["ns/guard"]] == ["u-a2"]
