@@ -7,8 +7,8 @@ nvidia.com/gpu. Checked at every step: pods placed or left Pending with the
 FailedScheduling message naming the ElasticQuota, and `status.used` (written by the
 leader's embedded operator), waited for on a watch of the object.
 
-Reclaim (a tenant under its min taking back what another borrowed) needs preemption and
-is tested with it (`test_reclaim...`, added with the preemption plugin).
+Reclaim: a tenant under its min takes back by preemption what another borrowed while it
+was idle, and only that much (`test_reclaim_when_the_lender_returns`).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import orjson
 import pytest
 import yaml
 
-from gpusched.devcluster import LocalCluster
+from gpusched.devcluster import LocalCluster, demo
 from gpusched.devcluster.cluster import write_kubeconfig
 from gpusched.devcluster.testkit import pod_manifest, wait_until_allowed
 from gpusched.kube import JSON, ApiError, Kube, create_namespace, delete_namespace, pod_path
@@ -310,4 +310,75 @@ async def test_mins_above_the_cluster_warn_on_each_quota(
             )
             assert total is not None and int(total[1]) >= 200_000, event["message"]
             assert "every min of nvidia.com/gpu is scaled down in proportion" in event["message"]
+    _no_refused_writes(stream)
+
+
+async def test_reclaim_when_the_lender_returns(
+    cluster: LocalCluster, kube: Kube, namespace: str, tmp_path: Path
+) -> None:
+    """Tenant B borrows the whole pool while tenant A is idle; A comes back within its min
+    and takes back, by preemption, exactly what it needs of what B borrowed (equal
+    priority: reclaim is not a matter of priority); once B is down to its own min, A's pod
+    beyond A's min is not placed by preempting B."""
+    kubeconfig = await shipped_identity(kube, cluster, tmp_path, namespace)
+    pool = pool_name()
+    where = placement(pool)
+
+    def gpu_pod(name: str, gpus: int) -> JSON:
+        pod = pod_manifest(name, gpus=gpus)
+        pod["spec"].update(nodeSelector=where["node_selector"], tolerations=where["tolerations"])
+        return pod
+
+    tenant_b = f"team-b-{secrets.token_hex(3)}"
+    a_quotas = quotas_of(namespace)
+    stream = io.StringIO()
+    nodes = [pool_node(s, pool) for s in pool_specs(pool, 2)]  # 16 GPUs
+    async with (
+        labelled_namespaces(kube, tenant_b, 1) as (b,),
+        node_pool(kube, nodes),
+    ):
+        b_quotas = quotas_of(b)
+        async with (
+            created(
+                kube,
+                (namespace, elastic_quota("quota", {GPU: 8}, {GPU: 16})),
+                (b, elastic_quota("quota", {GPU: 8}, {GPU: 16})),
+            ),
+            running_daemon(kubeconfig, stream, daemon_settings("gpusched")),
+        ):
+            # A is idle: B borrows all 16 GPUs (8 above its min).
+            b_pods = [f"b{i}" for i in range(4)]
+            for name in b_pods:
+                await kube.post(pod_path(b), gpu_pod(name, 4))
+            for name in b_pods:
+                await wait_for(kube, pod_path(b), name, bound)
+            await wait_for(kube, b_quotas, "quota", used("16"))
+
+            def live(pods: dict[str, JSON]) -> int:
+                return sum(1 for p in pods.values() if not p["metadata"].get("deletionTimestamp"))
+
+            # A returns within its min: each of its pods reclaims one of B's borrowed pods.
+            for step, name in enumerate(("a1", "a2"), start=1):
+                await kube.post(pod_path(namespace), gpu_pod(name, 4))
+                await wait_for(kube, pod_path(namespace), name, bound, timeout=90)
+                await wait_for(kube, a_quotas, "quota", used(str(4 * step)))
+                await wait_for(kube, b_quotas, "quota", used(str(16 - 4 * step)))
+                pods = await demo.wait_settled(
+                    kube, b, (), until=lambda p, left=4 - step: live(p) == left
+                )
+                assert live(pods) == 4 - step, sorted(pods)
+            # Each reclaimed pod says why it went.
+            events = await kube.get(
+                f"/api/v1/namespaces/{b}/events", query=[("fieldSelector", "reason=Preempted")]
+            )
+            assert len(events["items"]) == 2, events["items"]
+
+            # B is at its min now: A's third pod would take A above its own min, so it may
+            # not preempt B; it stays Pending, and B keeps both pods.
+            await kube.post(pod_path(namespace), gpu_pod("a3", 4))
+            a3 = await wait_for(kube, pod_path(namespace), "a3", unschedulable, timeout=90)
+            assert not a3["spec"].get("nodeName")
+            pods = await demo.wait_settled(kube, b, (), until=lambda p: live(p) == 2)
+            assert live(pods) == 2 and all(bound(p) for p in pods.values()), sorted(pods)
+            await wait_for(kube, b_quotas, "quota", used("8"))
     _no_refused_writes(stream)

@@ -98,16 +98,20 @@ class QuotaState:
         return self.handle.tenant_usage(tenant)
 
     def within_min(self, tenant: str, usage: Usage, request: Usage) -> bool:
-        """Whether the tenant's guarantee covers `usage` in every resource `request` asks
-        for (the pod count only where the min names it): the tenant may then reclaim what
-        others borrowed. A tenant without a guarantee of something it asks for may not."""
+        """Whether the tenant's guarantee covers `usage` in every resource its min names and
+        `request` asks for, and names at least one of them: the tenant may then reclaim what
+        others borrowed. A quota that guarantees only GPUs reclaims for a pod that also
+        asks for cpu and memory (nobody guarantees those to anyone); a tenant without a
+        guarantee of anything the pod asks for may not reclaim."""
         mins = self.min_of(tenant)
-        for i, (u, m, r) in enumerate(zip(usage, mins, request, strict=True)):
-            if r <= 0 or (i == _PODS and m is None):
+        covered = False
+        for u, m, r in zip(usage, mins, request, strict=True):
+            if r <= 0 or m is None:
                 continue
-            if m is None or u > m:
+            if u > m:
                 return False
-        return True
+            covered = True
+        return covered
 
     def over_min(self, tenant: str, usage: Usage) -> bool:
         """Whether `usage` is above the guarantee in some resource it names (the pod count
