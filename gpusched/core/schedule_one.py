@@ -307,7 +307,7 @@ class ScheduleOne:
             return Decision(
                 pod, Result.ERROR, st, state, diagnosis=diag, feasible=len(frows), point_ns=ns
             )
-        row = fw.select(scores)
+        row = fw.select(scores, fw.nominated_row(pod))
         node = fw.handle.snapshot.names[row]
         decision = Decision(
             pod,

@@ -334,6 +334,16 @@ class PostFilterPlugin(Plugin, Protocol):
 
 
 @runtime_checkable
+class Nominator(Plugin, Protocol):
+    """A PostFilter plugin that nominates nodes (preemption) says where a pod was nominated:
+    when that node passes Filter the pod goes there, whatever the scores say (kube-
+    scheduler's evaluateNominatedNode), so the room its victims freed is what it takes,
+    not room another pod was counting on."""
+
+    def nominated_node(self, pod: PodInfo) -> str | None: ...
+
+
+@runtime_checkable
 class PreScorePlugin(Plugin, Protocol):
     def pre_score(self, state: CycleState, pod: PodInfo, rows: Rows) -> Status:
         """Once per attempt over the feasible rows, before Score: Success, Skip (this

@@ -27,6 +27,7 @@ from gpusched.framework.interfaces import (
     FilterPlugin,
     Handle,
     Mask,
+    Nominator,
     NormalizeScorePlugin,
     PermitPlugin,
     PodExpander,
@@ -185,6 +186,7 @@ class Framework:
         ]
         self.filter: list[FilterPlugin] = at(Point.FILTER)
         self.post_filter: list[PostFilterPlugin] = at(Point.POST_FILTER)
+        self.nominators: list[Nominator] = [p for p in self.post_filter if isinstance(p, Nominator)]
         self.pre_score: list[PreScorePlugin] = at(Point.PRE_SCORE)
         self.score: list[tuple[ScorePlugin, float]] = []
         for ref in profile.enabled(Point.SCORE):
@@ -376,13 +378,25 @@ class Framework:
                 result.by_plugin[p.name] = PluginScores(raw, norm, weight)
         return result, Status()
 
-    def select(self, scores: ScoreResult) -> int:
-        """The row with the highest total score; ties broken by the tie-break policy."""
+    def select(self, scores: ScoreResult, nominated: int = -1) -> int:
+        """The nominated row when it is feasible (kube-scheduler's evaluateNominatedNode:
+        the preemptor takes the room it freed); else the row with the highest total score,
+        ties broken by the tie-break policy."""
+        if nominated >= 0 and bool(np.any(scores.rows == nominated)):
+            return nominated
         best = scores.total.max()
         # Float weights make equal integer scores differ in the last bits; compare with a
         # tolerance far below one score point.
         ties = scores.rows[scores.total >= best - 1e-9 * max(1.0, abs(best))]
         return self.tie_break(ties)
+
+    def nominated_row(self, pod: PodInfo) -> int:
+        """The snapshot row of the node a Nominator plugin nominated the pod to; -1: none."""
+        for p in self.nominators:
+            node = p.nominated_node(pod)
+            if node:
+                return self.handle.snapshot.row_of(node)
+        return -1
 
     # -- reserve / permit ------------------------------------------------------------------
 

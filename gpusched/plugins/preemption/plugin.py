@@ -279,6 +279,15 @@ class Preemption:
                 codes[row] = code - 1
         return FilterResult(feasible, SHORTAGES, codes)
 
+    # -- the nominated node first ------------------------------------------------------------
+
+    def nominated_node(self, pod: PodInfo) -> str | None:
+        """Where this instance nominated the pod: the runtime picks that node when it passes
+        Filter (kube's evaluateNominatedNode), so a preemptor takes the room its victims
+        freed even when another freed node scores higher."""
+        nom = self.nominations.get(pod.uid)
+        return nom.node if nom is not None else None
+
     # -- Reserve: the preemptor is placed -------------------------------------------------------
 
     def reserve(self, state: CycleState, pod: PodInfo, node: str) -> Status:

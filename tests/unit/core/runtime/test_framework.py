@@ -116,6 +116,18 @@ def test_score_out_of_range_is_an_error_naming_the_plugin() -> None:
     assert "outside [0, 100]" in st.message()
 
 
+def test_the_nominated_row_wins_when_it_is_feasible() -> None:
+    """kube's evaluateNominatedNode: a preemptor goes where it was nominated when that node
+    passes Filter, whatever the scores; a nominated row that did not pass is ignored."""
+    h = handle(5)
+    fw = Framework(profile(score=(PluginRef("RowScore", 1.0),)), registry(), h)
+    res, _ = fw.run_score(CycleState(), make_pod(), np.array([0, 2, 4], dtype=np.intp))
+    assert res is not None
+    assert fw.select(res) == 4
+    assert fw.select(res, nominated=0) == 0
+    assert fw.select(res, nominated=3) == 4  # not feasible: the scores decide
+
+
 def test_ties_are_broken_among_the_best_only() -> None:
     fw = Framework(
         profile(score=(PluginRef("ReverseRowScore", 1.0),)), registry(), handle(6), seed=3
