@@ -25,7 +25,7 @@ from gpusched.devcluster import (
     load_nodes,
     wait_nodes_ready,
 )
-from gpusched.kube import Kube, create_namespace, delete_namespace
+from gpusched.kube import ApiError, Kube, create_namespace, delete_namespace
 from tests.integration.daemon_support import started_cluster
 
 FLEET_SIZE = 100
@@ -76,6 +76,14 @@ async def namespace(kube: Kube, request: pytest.FixtureRequest) -> AsyncIterator
     try:
         yield name
     finally:
+        # delete_namespace finalizes the namespace itself, which leaves its custom objects
+        # in etcd; an ElasticQuota left behind would still guarantee GPUs to a tenant
+        # nobody runs, and change what later tests' tenants may do.
+        try:
+            await kube.delete(f"/apis/scheduling.x-k8s.io/v1alpha1/namespaces/{name}/elasticquotas")
+        except ApiError as exc:
+            if exc.status != 404:
+                raise
         await delete_namespace(kube, name)
 
 
