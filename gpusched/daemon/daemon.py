@@ -200,6 +200,7 @@ class Daemon:
             max_unschedulable=config.pod_max_in_unschedulable_pods_duration_seconds,
             pre_enqueue=pre_enqueue_of(self.frameworks),
             on_gated=self._on_gated,
+            fair=first.fair,
         )
         topo: TopologyKeys = config.topology_keys
         self.node_watch: Reflector[NodeModel] = Reflector(

@@ -12,7 +12,7 @@ and PostBind are coroutines that run in the binding cycle.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import ClassVar, Protocol, runtime_checkable
 
@@ -232,6 +232,11 @@ class Handle(Protocol):
         (model/quota.py)."""
         ...
 
+    def tenant_gpu_rows(self, tenant: str) -> NDArray[np.int64]:
+        """Per snapshot row, the milli-GPUs the tenant's placed pods (bound or assumed) hold
+        on that row's node; 0 elsewhere (TenantLoad's load)."""
+        ...
+
     def gang_members(self, key: str) -> Sequence[tuple[PodInfo, str]]:
         """Every live pod of gang `key` ("namespace/name") this scheduler knows, pending or
         placed, with the node the cache places it on ("" while pending; assumed pods count
@@ -261,6 +266,24 @@ class QueueSortPlugin(Plugin, Protocol):
     def less(self, a: PodInfo, b: PodInfo) -> bool:
         """Whether `a` is popped before `b`: a strict weak order (exactly one per
         configuration; every profile must use the same one, since one queue orders all)."""
+        ...
+
+
+@runtime_checkable
+class TenantFairSort(Protocol):
+    """Optional for the QueueSort plugin: a queue order fair across tenants. The queue keeps
+    one `less`-ordered heap per tenant and, at each pop, takes among the tenants' heads the
+    highest priority, then the tenant with the lowest share now, then `less` (shares change
+    as pods are placed, so they are read at pop time, never stored in a heap key)."""
+
+    def tenant_of(self, pod: PodInfo) -> str:
+        """The pod's tenant (Handle.tenancy, from its namespace); one value for every pod
+        turns fairness off."""
+        ...
+
+    def shares(self, tenants: Collection[str]) -> Mapping[str, float]:
+        """Each tenant's current share (lower pops first): called once per pop with the
+        tenants whose heads tie on priority, so it must cost O(tenants), not O(pods)."""
         ...
 
 

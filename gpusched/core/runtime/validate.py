@@ -110,6 +110,9 @@ class _StubHandle:
     def tenant_usage(self, tenant: str) -> quota.Usage:
         return quota.ZERO
 
+    def tenant_gpu_rows(self, tenant: str) -> NDArray[np.int64]:
+        return np.zeros(0, np.int64)
+
     def gang_members(self, key: str) -> Sequence[tuple[PodInfo, str]]:
         return ()
 
