@@ -66,7 +66,7 @@ from numpy.typing import NDArray
 
 from gpusched.core.cache.snapshot import Snapshot
 from gpusched.framework.interfaces import Allocation, PodMatcher, Rows, UsedPorts
-from gpusched.model import keys
+from gpusched.model import keys, quota
 from gpusched.model.node import FULL_CARD_MILLI, NodeModel
 from gpusched.model.pod import GpuKind, PodInfo, PodRequest, parse_gpu_ids
 from gpusched.model.share import share_on_card
@@ -180,6 +180,16 @@ class ClusterCache:
         self._labels: _LabelIndex | None = None
         # Namespace name -> labels (namespaceSelector), from the daemon's namespace watch.
         self.namespaces: dict[str, Mapping[str, str]] = {}
+        # What every pod in the cache (bound or assumed, not finished) uses in quota units
+        # (model/quota.py), summed per namespace: a tenant's usage is its namespaces' sum
+        # (Handle.tenant_usage), read by ElasticQuota's PreFilter for every pod. Each pod's
+        # charge is kept as it was added, so its removal takes back exactly that even if
+        # its request changed since (an in-place resize re-charges through _usage_set).
+        self._ns_usage: dict[str, quota.Usage] = {}
+        self._usage_of: dict[str, tuple[str, quota.Usage]] = {}
+        # Told the namespace whose usage changed (the daemon republishes its tenant's
+        # ElasticQuota status.used).
+        self.usage_changed: Callable[[str], None] = _ignore_namespace
         self.stats = CacheStats()
         # Card shares held by allocated DRA devices (core/dra_ledger.py), by key (a claim's
         # uid): (node, cards, milli, MiB), and the row each is charged on while its node is
@@ -233,6 +243,7 @@ class ClusterCache:
         self._ports_add(pod, alloc.node, 1)
         self._file(pod, 1)
         self._take(entry, alloc)
+        self._usage_set(pod)
 
     def forget(self, uid: str) -> PodEntry | None:
         """Drop an assumed pod (its binding failed); a confirmed pod is not touched."""
@@ -293,6 +304,8 @@ class ClusterCache:
                 entry.suspect = (
                     f"GPU assignment changed after binding ({first} -> {claim.describe()})"
                 )
+        # Charged to its namespace even while its node is unknown: a bound pod is placed.
+        self._usage_set(pod)
         row = self.snapshot.row_of(pod.node_name)
         if row >= 0:
             self._apply(entry, row)
@@ -402,6 +415,36 @@ class ClusterCache:
     def allocations(self) -> Iterable[PodEntry]:
         return self.pods.values()
 
+    def namespace_usage(self) -> Mapping[str, quota.Usage]:
+        """Per namespace, what its pods in the cache (bound or assumed) use in quota units;
+        only namespaces with such pods."""
+        return self._ns_usage
+
+    def _usage_set(self, pod: PodInfo) -> None:
+        """Charge `pod` to its namespace, replacing what it was charged before."""
+        usage = quota.usage_of(pod.request)
+        old = self._usage_of.get(pod.uid)
+        if old is not None:
+            if old == (pod.namespace, usage):
+                return
+            self._usage_unset(pod.uid)
+        self._usage_of[pod.uid] = (pod.namespace, usage)
+        total = self._ns_usage.get(pod.namespace, quota.ZERO)
+        self._ns_usage[pod.namespace] = quota.add(total, usage)
+        self.usage_changed(pod.namespace)
+
+    def _usage_unset(self, uid: str) -> None:
+        charged = self._usage_of.pop(uid, None)
+        if charged is None:
+            return
+        namespace, usage = charged
+        total = quota.add(self._ns_usage[namespace], usage, -1)
+        if total[quota.INDEX[quota.PODS]] <= 0:
+            del self._ns_usage[namespace]  # its last pod went: nothing is left charged
+        else:
+            self._ns_usage[namespace] = total
+        self.usage_changed(namespace)
+
     # -- internals -------------------------------------------------------------------------
 
     def _apply(self, entry: PodEntry, row: int) -> None:
@@ -457,6 +500,7 @@ class ClusterCache:
         self._ports_add(entry.pod, node, -1)
         self._file(entry.pod, -1)
         self._uncharge(entry)
+        self._usage_unset(uid)
 
     def _uncharge(self, entry: PodEntry) -> None:
         """Give back exactly what `entry` was charged (its pod's request as charged). The
@@ -596,6 +640,10 @@ class ClusterCache:
 
 def _ignore(pod: PodInfo, message: str) -> None:
     """The default pod_warning: the message is kept in CacheStats.warnings only."""
+
+
+def _ignore_namespace(namespace: str) -> None:
+    """The default usage_changed: nobody publishes quota usage."""
 
 
 def _union(a: Iterable[int], b: Iterable[int]) -> tuple[int, ...]:
