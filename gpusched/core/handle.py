@@ -112,6 +112,16 @@ class SchedulerHandle:
                 total = usage if total is None else quota.add(total, usage)
         return quota.ZERO if total is None else total
 
+    def tenant_gpu_rows(self, tenant: str) -> NDArray[np.int64]:
+        out = np.zeros(len(self.cache.snapshot.node_valid), np.int64)
+        tenant_of = self._tenancy.tenant_of
+        for namespace in self.cache.namespace_usage():
+            if tenant_of(namespace) != tenant:
+                continue
+            for row, milli in self.cache.namespace_gpu_rows(namespace).items():
+                out[row] += milli
+        return out
+
     def gang_members(self, key: str) -> Sequence[tuple[PodInfo, str]]:
         out = []
         for pod in self.gang_index.members(key):
