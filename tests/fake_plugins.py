@@ -220,6 +220,7 @@ DEFAULT_FAKES = (
     fake("NetworkLocality", P.PRE_SCORE, P.SCORE),
     fake("GPUFragmentation", P.SCORE),
     fake("DefaultBinder", P.BIND),
+    fake("Preemption", P.FILTER, P.POST_FILTER, P.RESERVE),
 )
 EXTRA_FAKES = (
     fake("Coscheduling", P.PRE_FILTER, P.PERMIT, P.RESERVE, P.POST_BIND),

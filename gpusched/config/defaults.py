@@ -95,10 +95,16 @@ DEFAULT_PLUGINS: Mapping[Point, tuple[PluginRef, ...]] = {
         "Thermal",
         # Last: the gang's racks are chosen over the nodes that pass the pod's other filters.
         "GangScheduling",
+        # Room held for preemptors nominated to a node (kube runs its filters with the
+        # nominated pods added): after every other Filter, so a node is counted under the
+        # reason that really refuses it first.
+        "Preemption",
     ),
     # A member that cannot be placed releases its siblings waiting at Permit.
     # An idle claim allocated for the pod earlier is deallocated before anything else.
-    Point.POST_FILTER: _refs("DynamicResources", "GangScheduling"),
+    # Preemption last (kube's DefaultPreemption after DynamicResources): the gang's release
+    # of its waiting members runs first, and the evictions are chosen on what is left.
+    Point.POST_FILTER: _refs("DynamicResources", "GangScheduling", "Preemption"),
     Point.PRE_SCORE: _refs("PodTopologySpread", "InterPodAffinity", "NetworkLocality"),
     # The seed article weights fragmentation 0.40, thermal 0.35, network 0.25. Measured in
     # the simulator (`gpusched simulate`, seeds 1-3), a 0.35 thermal score steers work off
@@ -132,7 +138,10 @@ DEFAULT_PLUGINS: Mapping[Point, tuple[PluginRef, ...]] = {
     ),
     # VolumeBinding binds the pod's claims before the pod (kube-scheduler's order).
     # GangScheduling first, so its Unreserve runs when any later Reserve fails.
-    Point.RESERVE: _refs("GangScheduling", "VolumeBinding", "GPUFit", "DynamicResources"),
+    # Preemption's Reserve only drops the pod's nomination (it found its node).
+    Point.RESERVE: _refs(
+        "GangScheduling", "VolumeBinding", "GPUFit", "DynamicResources", "Preemption"
+    ),
     Point.PERMIT: _refs("GangScheduling"),
     Point.PRE_BIND: _refs("VolumeBinding", "DynamicResources", "GPUFit"),
     Point.BIND: _refs("DefaultBinder"),

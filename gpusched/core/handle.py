@@ -14,7 +14,7 @@ from gpusched.core.runtime.waiting import WaitingPod, WaitingPods
 from gpusched.framework.disruption import NO_DISRUPTION, DisruptionPort
 from gpusched.framework.dra import NO_DRA, DraPort
 from gpusched.framework.gangs import NO_GANGS, GangPort
-from gpusched.framework.interfaces import ClusterPort, PodMatcher, Rows, UsedPorts
+from gpusched.framework.interfaces import Allocation, ClusterPort, PodMatcher, Rows, UsedPorts
 from gpusched.framework.tenancy import NO_TENANCY, TenancyPort
 from gpusched.framework.volumes import NO_VOLUMES, VolumePort
 from gpusched.model import quota
@@ -121,6 +121,10 @@ class SchedulerHandle:
             for row, milli in self.cache.namespace_gpu_rows(namespace).items():
                 out[row] += milli
         return out
+
+    def allocation_of(self, uid: str) -> Allocation | None:
+        entry = self.cache.get(uid)
+        return entry.alloc if entry is not None else None
 
     def gang_members(self, key: str) -> Sequence[tuple[PodInfo, str]]:
         out = []

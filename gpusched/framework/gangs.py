@@ -51,6 +51,15 @@ class PodGroupSpec:
     created: float = 0.0  # unix seconds: the group's place in the queue
     uid: str = ""
     problem: str = ""
+    # Upstream `spec.disruptionMode` (gate WorkloadAwarePreemption): "Pod" lets preemption
+    # take members one by one, "PodGroup" (and "" for the other APIs, which have no such
+    # field) evicts the gang whole or not at all. The API server defaults it to "Pod".
+    disruption_mode: str = ""
+
+
+# PodGroupSpec.disruption_mode values (scheduling.k8s.io/v1alpha2 DisruptionMode).
+DISRUPTION_POD = "Pod"
+DISRUPTION_POD_GROUP = "PodGroup"
 
 
 class GangPort(Protocol):

@@ -237,6 +237,12 @@ class Handle(Protocol):
         on that row's node; 0 elsewhere (TenantLoad's load)."""
         ...
 
+    def allocation_of(self, uid: str) -> Allocation | None:
+        """Where a placed pod (bound or assumed) is charged: its node's row and the card
+        shares it holds there; None for a pod the cache does not place (pending, gone, or
+        on a node it does not know). Preemption reads what evicting the pod frees."""
+        ...
+
     def gang_members(self, key: str) -> Sequence[tuple[PodInfo, str]]:
         """Every live pod of gang `key` ("namespace/name") this scheduler knows, pending or
         placed, with the node the cache places it on ("" while pending; assumed pods count

@@ -28,6 +28,7 @@ from gpusched.kernels.frag_score import frag_score_nb, frag_score_np
 from gpusched.kernels.gang_fit import gang_fit_nb, gang_fit_np
 from gpusched.kernels.gpu_summary import gpu_summary_nb, gpu_summary_np
 from gpusched.kernels.packing_score import packing_score_nb, packing_score_np
+from gpusched.kernels.preemption import preemption_victims_nb, preemption_victims_np
 from gpusched.kernels.thermal_filter import thermal_filter_nb, thermal_filter_np
 from gpusched.kernels.thermal_score import (
     COOL_C,
@@ -68,6 +69,8 @@ __all__ = [
     "gpu_summary_np",
     "packing_score_nb",
     "packing_score_np",
+    "preemption_victims_nb",
+    "preemption_victims_np",
     "thermal_filter_nb",
     "thermal_filter_np",
     "thermal_score_nb",

@@ -20,7 +20,13 @@ import asyncio
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from gpusched.framework.gangs import TIER_RACK, TIER_SPINE, PodGroupSpec
+from gpusched.framework.gangs import (
+    DISRUPTION_POD,
+    DISRUPTION_POD_GROUP,
+    TIER_RACK,
+    TIER_SPINE,
+    PodGroupSpec,
+)
 from gpusched.kube.client import JSON, Kube
 from gpusched.kube.watch import Backoff, EventType, Reflector
 from gpusched.model import keys
@@ -84,6 +90,7 @@ def pod_group_from_k8s(obj: Mapping[str, Any], api: GangAPI) -> PodGroupSpec:
     min_member = 1
     gang = True
     timeout: float | None = None
+    disruption = ""
     if api is GangAPI.COSCHEDULING:
         raw = spec.get("minMember", 0)
         value = _int(raw)
@@ -140,6 +147,15 @@ def pod_group_from_k8s(obj: Mapping[str, Any], api: GangAPI) -> PodGroupSpec:
                 )
             else:
                 required = label.strip()
+        raw_mode = spec.get("disruptionMode")
+        if raw_mode is not None:
+            if raw_mode in (DISRUPTION_POD, DISRUPTION_POD_GROUP):
+                disruption = str(raw_mode)
+            else:
+                problems.append(
+                    f"spec.disruptionMode={raw_mode!r}: must be {DISRUPTION_POD} or"
+                    f" {DISRUPTION_POD_GROUP}"
+                )
     else:
         problems.append(f"{api.value} has no PodGroup object")
     return PodGroupSpec(
@@ -153,6 +169,7 @@ def pod_group_from_k8s(obj: Mapping[str, Any], api: GangAPI) -> PodGroupSpec:
         created=parse_time(meta.get("creationTimestamp")),
         uid=str(meta.get("uid") or ""),
         problem="; ".join(problems),
+        disruption_mode=disruption,
     )
 
 

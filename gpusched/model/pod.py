@@ -158,6 +158,12 @@ class PodInfo:
     # The GPU request was made from the pod's ResourceClaims for this scheduling cycle
     # (DynamicResources.expand): its cards come from DRA devices, through the allocator.
     gpu_from_claims: bool = False
+    # spec.preemptionPolicy: "PreemptLowerPriority" (the default) or "Never" (the pod never
+    # preempts others).
+    preemption_policy: str = "PreemptLowerPriority"
+    # status.startTime (unix seconds, 0.0 while the kubelet has not started the pod): what
+    # preemption counts a victim's lost work from.
+    start_time: float = 0.0
 
     @property
     def job_key(self) -> str:
@@ -597,6 +603,10 @@ def pod_from_k8s(obj: Mapping[str, Any]) -> PodInfo:
             errors.append(f"annotation {keys.GPU_IDS}={raw_ids!r}: {exc}")
 
     priority = spec.get("priority")
+    policy = spec.get("preemptionPolicy")
+    if policy is not None and policy not in ("PreemptLowerPriority", "Never"):
+        errors.append(f"spec.preemptionPolicy={policy!r} must be PreemptLowerPriority or Never")
+        policy = None
     return PodInfo(
         uid=str(meta.get("uid", "")),
         namespace=namespace,
@@ -638,4 +648,6 @@ def pod_from_k8s(obj: Mapping[str, Any]) -> PodInfo:
         owners=tuple(
             sorted(str(r["name"]) for r in _dicts(meta.get("ownerReferences")) if r.get("name"))
         ),
+        preemption_policy=str(policy or "PreemptLowerPriority"),
+        start_time=parse_time(status.get("startTime")),
     )

@@ -23,6 +23,7 @@ from gpusched.plugins.node_resources_fit import NodeResourcesFit
 from gpusched.plugins.node_unschedulable import NodeUnschedulable
 from gpusched.plugins.node_volume_limits import NodeVolumeLimits
 from gpusched.plugins.pod_topology_spread import PodTopologySpread
+from gpusched.plugins.preemption import Preemption
 from gpusched.plugins.priority_sort import PrioritySort
 from gpusched.plugins.random_score import RandomScore
 from gpusched.plugins.scheduling_gates import SchedulingGates
@@ -58,6 +59,7 @@ BUILTIN = (
     NetworkLocality,
     TenantLoad,
     DefaultBinder,
+    Preemption,
     # The FGD paper's policies (docs/fgd-protocol.md), for the FGD protocol's comparisons.
     FGDScore,
     BestFitScore,

@@ -10,13 +10,16 @@ requeue, Permit waiting). Only three things differ, each the simulator's by natu
   and flushes the backoff queue, as the daemon's 1 s ticker does (and integrates the cards
   pods waiting at Permit hold: `permit_idle_gpu_hours`);
 * the binding cycle runs inline (its ports never suspend) instead of as an asyncio task; a
-  pod parked at Permit resumes its binding cycle when the waiting pod is resolved.
+  pod parked at Permit resumes its binding cycle when the waiting pod is resolved;
+* the DisruptionPort (`InMemoryCluster` again): an eviction removes the victim as its
+  departure would, at once (no grace period), and records the GPU-hours of work it lost
+  (`Simulation.evictions`, `preempted_gpu_hours`, `on_evicted`); a nomination is recorded.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Coroutine, Iterable, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from gpusched.config.profile import Profile
@@ -28,11 +31,14 @@ from gpusched.core.queue import QueuedPodInfo, SchedulingQueue
 from gpusched.core.queue.queue import GATED
 from gpusched.core.runtime.framework import Framework, TieBreak, pre_enqueue_of
 from gpusched.core.schedule_one import Decision, Observer, Outcome, Result, ScheduleOne
+from gpusched.framework.disruption import Budget
 from gpusched.framework.dra import NO_DRA, DraPort
 from gpusched.framework.gangs import NO_GANGS, GangPort
 from gpusched.framework.registry import Registry
 from gpusched.framework.status import ClusterWriteError, Code, Status
+from gpusched.framework.tenancy import NO_TENANCY, TenancyPort
 from gpusched.model import keys
+from gpusched.model.lost_work import lost_gpu_hours
 from gpusched.model.node import NodeModel
 from gpusched.model.pod import PodInfo, parse_gpu_ids
 from gpusched.sim.thermal import ThermalModel
@@ -57,12 +63,31 @@ class AlreadyBoundError(ClusterWriteError):
     final = True
 
 
-class InMemoryCluster:
-    """The ClusterPort of the simulator."""
+@dataclasses.dataclass(frozen=True, slots=True)
+class Eviction:
+    """One victim of preemption in the simulator: who, for whom, when, what it lost."""
 
-    def __init__(self) -> None:
+    victim: PodInfo
+    preemptor: PodInfo
+    node: str
+    at: float
+    lost_gpu_hours: float
+
+
+class InMemoryCluster:
+    """The ClusterPort and the DisruptionPort of the simulator."""
+
+    def __init__(self, clock: Callable[[], float] | None = None) -> None:
         self.events: ClusterEvents | None = None
         self.bound: dict[str, PodInfo] = {}
+        self.clock: Callable[[], float] = clock or (lambda: 0.0)
+        self.evictions: list[Eviction] = []
+        self.nominated: dict[str, str] = {}
+        # PodDisruptionBudgets: (budget, which pods it covers); the simulator's workloads
+        # have none unless a test or a replay puts them here.
+        self.budgets: list[tuple[Budget, Callable[[PodInfo], bool]]] = []
+        # Told of every eviction (the replay report counts them).
+        self.on_evicted: Callable[[Eviction], None] | None = None
 
     async def bind(
         self, pod: PodInfo, node: str, annotations: Mapping[str, str] | None = None
@@ -75,7 +100,14 @@ class InMemoryCluster:
         raw = ann.get(keys.GPU_IDS)
         ids = parse_gpu_ids(raw) if raw else ()
         bound = dataclasses.replace(
-            pod, node_name=node, annotations=ann, gpu_ids=ids, phase="Running"
+            pod,
+            node_name=node,
+            annotations=ann,
+            gpu_ids=ids,
+            phase="Running",
+            # 0.0 means "not started" (model/pod.py): a pod bound at the virtual clock's
+            # origin starts a hair after it.
+            start_time=pod.start_time or max(self.clock(), 1e-6),
         )
         self.bound[pod.uid] = bound
         assert self.events is not None
@@ -86,6 +118,32 @@ class InMemoryCluster:
         self.bound.pop(pod.uid, None)
         assert self.events is not None
         self.events.pod_deleted(pod)
+
+    # -- DisruptionPort ----------------------------------------------------------------------
+
+    def budgets_of(self, pod: PodInfo) -> Sequence[Budget]:
+        return tuple(b for b, covers in self.budgets if covers(pod))
+
+    async def evict(
+        self, victim: PodInfo, *, preemptor: PodInfo, node: str, message: str
+    ) -> Status:
+        bound = self.bound.get(victim.uid)
+        if bound is None:
+            return Status()  # already gone
+        now = self.clock()
+        eviction = Eviction(bound, preemptor, node, now, lost_gpu_hours(bound, now))
+        self.evictions.append(eviction)
+        self.delete(bound)
+        if self.on_evicted is not None:
+            self.on_evicted(eviction)
+        return Status()
+
+    async def nominate(self, pod: PodInfo, node: str) -> Status:
+        if node:
+            self.nominated[pod.uid] = node
+        else:
+            self.nominated.pop(pod.uid, None)
+        return Status()
 
 
 class _Observer(Observer):
@@ -132,15 +190,24 @@ class Simulation:
         tie_break: TieBreak | None = None,
         gangs: GangPort = NO_GANGS,
         dra: DraPort = NO_DRA,
+        tenancy: TenancyPort = NO_TENANCY,
     ) -> None:
         node_list = list(nodes)
         self.clock = VirtualClock()
         self.cache = ClusterCache(Snapshot(max_cards, capacity=max(64, len(node_list))))
-        self.cluster = InMemoryCluster()
+        self.cluster = InMemoryCluster(self.clock)
         # DRA: the simulator's in-memory claims and slices (framework/dra.py MemoryDra),
         # when the workload has them; nodes then take their cards from the slices.
         self.dra = dra
-        self.handle = SchedulerHandle(self.cache, self.cluster, self.clock, gangs=gangs, dra=dra)
+        self.handle = SchedulerHandle(
+            self.cache,
+            self.cluster,
+            self.clock,
+            gangs=gangs,
+            dra=dra,
+            tenancy=tenancy,
+            disruption=self.cluster,
+        )
         self.fw = Framework(
             profile,
             registry,
@@ -188,6 +255,20 @@ class Simulation:
         """Call `callback` with the decision of every pod the loop binds (also pods retried
         after an event, which `submit` does not return)."""
         self.observer.on_bound = callback
+
+    def on_evicted(self, callback: Callable[[Eviction], None] | None) -> None:
+        """Call `callback` with every victim preemption evicts (after it is removed)."""
+        self.cluster.on_evicted = callback
+
+    @property
+    def evictions(self) -> list[Eviction]:
+        """Every victim evicted so far, in order."""
+        return self.cluster.evictions
+
+    @property
+    def preempted_gpu_hours(self) -> float:
+        """GPU-hours of work the evicted victims lost (since their last checkpoint)."""
+        return sum(e.lost_gpu_hours for e in self.cluster.evictions)
 
     @property
     def errors(self) -> int:

@@ -19,6 +19,7 @@ from gpusched.framework.disruption import NO_DISRUPTION, DisruptionPort
 from gpusched.framework.dra import NO_DRA, DraPort
 from gpusched.framework.gangs import NO_GANGS, GangPort
 from gpusched.framework.interfaces import (
+    Allocation,
     ClusterPort,
     Handle,
     PodMatcher,
@@ -112,6 +113,9 @@ class _StubHandle:
 
     def tenant_gpu_rows(self, tenant: str) -> NDArray[np.int64]:
         return np.zeros(0, np.int64)
+
+    def allocation_of(self, uid: str) -> Allocation | None:
+        return None
 
     def gang_members(self, key: str) -> Sequence[tuple[PodInfo, str]]:
         return ()
