@@ -112,6 +112,15 @@ class SchedulerHandle:
                 total = usage if total is None else quota.add(total, usage)
         return quota.ZERO if total is None else total
 
+    def tenant_usages(self) -> Mapping[str, quota.Usage]:
+        tenant_of = self._tenancy.tenant_of
+        out: dict[str, quota.Usage] = {}
+        for namespace, usage in self.cache.namespace_usage().items():
+            t = tenant_of(namespace)
+            have = out.get(t)
+            out[t] = usage if have is None else quota.add(have, usage)
+        return out
+
     def tenant_gpu_rows(self, tenant: str) -> NDArray[np.int64]:
         out = np.zeros(len(self.cache.snapshot.node_valid), np.int64)
         tenant_of = self._tenancy.tenant_of

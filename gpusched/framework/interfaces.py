@@ -232,6 +232,11 @@ class Handle(Protocol):
         (model/quota.py)."""
         ...
 
+    def tenant_usages(self) -> Mapping[str, Usage]:
+        """Every tenant with placed pods -> what they use (as tenant_usage), in one pass
+        over the namespaces (the fair queue reads all tenants at each pop)."""
+        ...
+
     def tenant_gpu_rows(self, tenant: str) -> NDArray[np.int64]:
         """Per snapshot row, the milli-GPUs the tenant's placed pods (bound or assumed) hold
         on that row's node; 0 elsewhere (TenantLoad's load)."""

@@ -52,7 +52,7 @@ from gpusched.model.pod import GangAPI, PodInfo, PodRequest
 from gpusched.plugins.gang_scheduling import placement
 from gpusched.plugins.gang_scheduling.args import GangSchedulingArgs
 from gpusched.plugins.helper.args import checked_args
-from gpusched.plugins.helper.fair import tenant_shares
+from gpusched.plugins.helper.fair import TenantShares
 from gpusched.plugins.helper.label_index import LabelIndex, synced_index
 from gpusched.plugins.helper.node_selector import freeze, parse_required
 from gpusched.plugins.helper.tolerations import parse_tolerations, tolerated
@@ -132,6 +132,7 @@ class GangScheduling:
     def __init__(self, args: GangSchedulingArgs | None, handle: Handle) -> None:
         self.args = checked_args(args, GangSchedulingArgs)
         self.handle = handle
+        self._shares = TenantShares(handle)
         self.plans: dict[str, Plan] = {}
         # gang -> when it was first refused for capacity (its starvation clock)
         self.refused_since: dict[str, float] = {}
@@ -219,7 +220,7 @@ class GangScheduling:
         return self.handle.tenancy.tenant_of(pod.namespace)
 
     def shares(self, tenants: Collection[str]) -> Mapping[str, float]:
-        return tenant_shares(self.handle, tenants)
+        return self._shares(tenants)
 
     def _queue_key(self, pod: PodInfo) -> tuple[float, str]:
         g = pod.gang

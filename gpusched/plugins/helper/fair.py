@@ -17,11 +17,12 @@ Lower share pops first, so the tenant furthest below its entitlement is served n
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from gpusched.framework.interfaces import Handle
+from gpusched.framework.tenancy import TenantQuota
 from gpusched.model import quota
-from gpusched.model.quota import Limits
+from gpusched.model.quota import Limits, Usage
 from gpusched.plugins.helper.quota import capacity, effective_mins
 
 _DRF = tuple(quota.INDEX[r] for r in (quota.GPU, quota.GPU_MEMORY, quota.CPU, quota.MEMORY))
@@ -39,8 +40,34 @@ def dominant_share(used: Sequence[int], mins: Limits | None, cap: Sequence[int])
     return share
 
 
-def tenant_shares(handle: Handle, tenants: Collection[str]) -> dict[str, float]:
-    """The current share of each of `tenants`: one capacity pass, one usage read each."""
-    cap = capacity(handle)
-    mins = effective_mins([q for q in handle.tenancy.quotas() if not q.problem], cap)
-    return {t: dominant_share(handle.tenant_usage(t), mins.get(t), cap) for t in tenants}
+class TenantShares:
+    """The shares a QueueSort plugin hands the queue at each pop (TenantFairSort.shares).
+
+    A pop must cost O(tenants): the usage of every tenant comes from one pass over the
+    cache's per-namespace sums (Handle.tenant_usages), and the cluster's capacity is
+    recomputed only when nodes join or leave (the snapshot's membership stamp; a node whose
+    allocatable changes in place is seen at the next join or leave: it only shifts the
+    order, never what is admitted)."""
+
+    def __init__(self, handle: Handle) -> None:
+        self.handle = handle
+        self._cap: tuple[int, Usage] | None = None
+        # The guarantees change only with the ElasticQuotas (or the capacity): kept until
+        # the port's quotas compare different.
+        self._mins: tuple[Usage, tuple[TenantQuota, ...], Mapping[str, Limits]] | None = None
+
+    def capacity(self) -> Usage:
+        stamp = self.handle.snapshot.membership
+        if self._cap is None or self._cap[0] != stamp:
+            self._cap = (stamp, capacity(self.handle))
+        return self._cap[1]
+
+    def __call__(self, tenants: Collection[str]) -> dict[str, float]:
+        cap = self.capacity()
+        quotas = tuple(self.handle.tenancy.quotas())
+        if self._mins is None or self._mins[0] != cap or self._mins[1] != quotas:
+            usable = [q for q in quotas if not q.problem]
+            self._mins = (cap, quotas, effective_mins(usable, cap))
+        mins = self._mins[2]
+        used = self.handle.tenant_usages()
+        return {t: dominant_share(used.get(t, quota.ZERO), mins.get(t), cap) for t in tenants}

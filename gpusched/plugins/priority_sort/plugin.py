@@ -9,7 +9,7 @@ from typing import ClassVar
 from gpusched.framework.interfaces import Handle
 from gpusched.model.pod import PodInfo
 from gpusched.plugins.helper.args import checked_args
-from gpusched.plugins.helper.fair import tenant_shares
+from gpusched.plugins.helper.fair import TenantShares
 from gpusched.plugins.priority_sort.args import PrioritySortArgs
 
 
@@ -25,6 +25,7 @@ class PrioritySort:
     def __init__(self, args: PrioritySortArgs | None, handle: Handle) -> None:
         self.args = checked_args(args, PrioritySortArgs)
         self.handle = handle
+        self._shares = TenantShares(handle)
 
     def tenant_of(self, pod: PodInfo) -> str:
         if not self.args.tenant_fairness:
@@ -32,7 +33,7 @@ class PrioritySort:
         return self.handle.tenancy.tenant_of(pod.namespace)
 
     def shares(self, tenants: Collection[str]) -> Mapping[str, float]:
-        return tenant_shares(self.handle, tenants)
+        return self._shares(tenants)
 
     def less(self, a: PodInfo, b: PodInfo) -> bool:
         if a.priority != b.priority:

@@ -11,7 +11,7 @@ from gpusched.framework.interfaces import Allocation
 from gpusched.framework.tenancy import StaticTenancy, TenantQuota
 from gpusched.model import quota
 from gpusched.model.pod import PodInfo, PodRequest
-from gpusched.plugins.helper.fair import dominant_share, tenant_shares
+from gpusched.plugins.helper.fair import TenantShares, dominant_share
 from tests.builders import GiB, cache_with
 from tests.fakes import FakeCluster
 
@@ -58,21 +58,21 @@ def test_shares_follow_placements_and_the_index_matches_a_walk() -> None:
         {"ns1": "team", "ns2": "team"},
     )
     h = SchedulerHandle(cache, FakeCluster(), lambda: 0.0, tenancy=tenancy)
-    assert tenant_shares(h, ["team", "other"]) == {"team": 0.0, "other": 0.0}
+    assert TenantShares(h)(["team", "other"]) == {"team": 0.0, "other": 0.0}
     place(h, gpu_pod("a", "ns1", 2), "n1", (0, 1))
     place(h, gpu_pod("b", "ns2", 1), "n2", (0,))
     place(h, gpu_pod("c", "other", 4), "n2", (1, 2, 3, 4))
-    shares = tenant_shares(h, ["team", "other"])
+    shares = TenantShares(h)(["team", "other"])
     assert shares == {"team": 0.75, "other": 0.25}  # 3 of 4 guaranteed; 4 of 16 cards
     for t in ("team", "other"):
-        assert h.tenant_usage(t) == reference_usage(h, t)
+        assert h.tenant_usage(t) == reference_usage(h, t) == h.tenant_usages()[t]
     rows = h.tenant_gpu_rows("team")
     assert rows[cache.snapshot.row_of("n1")] == 2000
     assert rows[cache.snapshot.row_of("n2")] == 1000
     # A pod that leaves gives its usage back; a node that goes takes its rows' load along
     # (its pods still count against their tenants' quota: they are bound).
     cache.forget("ns1/a")
-    assert tenant_shares(h, ["team"])["team"] == 0.25
+    assert TenantShares(h)(["team"])["team"] == 0.25
     assert not np.any(h.tenant_gpu_rows("team")[cache.snapshot.row_of("n1")])
     cache.remove_node("n2")
     assert not np.any(h.tenant_gpu_rows("other"))
