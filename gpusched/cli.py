@@ -64,6 +64,10 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     try:
         if args.protocol == "fgd":
             return _cmd_simulate_fgd(args)
+        if args.tenants:
+            from gpusched.sim.tenancy_report import tenancy_main
+
+            return tenancy_main(args)
         from gpusched.sim.replay_report import replay_main
 
         return replay_main(args)
