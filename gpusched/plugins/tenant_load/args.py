@@ -7,8 +7,9 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True, slots=True)
 class TenantLoadArgs:
-    # The share of a node's GPUs the pod's tenant may hold before the node scores lower:
-    # 0 penalises from the first card; 0.5 lets a tenant fill half a node for free.
+    # The share of a node's GPUs the pod's tenant may hold before the node scores lower,
+    # at least (the tenant's share of all GPUs in use is allowed anyway): 0.5 lets a
+    # tenant fill half of any node for free.
     free_share: float = 0.0
 
     def validate(self) -> list[tuple[str, str]]:

@@ -5,12 +5,16 @@ shares, in milli-GPU) that the tenant's placed pods (bound or assumed) hold ther
 from the cache's per-namespace, per-row index (Handle.tenant_gpu_rows), so a score costs
 one vector over the rows, never a walk over pods. The score is
 
-    100 x (1 - excess),  excess = max(0, load - freeShare) / (1 - freeShare)
+    100 x (1 - excess),  excess = max(0, load - allowed) / (1 - allowed)
+    allowed = max(freeShare, the tenant's share of all GPUs in use in the cluster)
 
-so a node the tenant does not use scores 100 and one it fills scores 0. Spreading each
-tenant's GPUs over more nodes means a node's failure or drain takes a little from many
-tenants rather than much from one. Pods without GPUs, tenants with no GPU placed, and
-nodes without cards score 100 everywhere: the plugin then changes no ranking.
+A tenant holding a fraction f of the GPUs in use may hold up to f of any node for free:
+what it holds beyond its proportion concentrates it, and is what scores lower (a node it
+fills scores 0). With one tenant (f = 1) nothing is penalised, so a cluster without
+tenants packs exactly as without the plugin. Spreading each tenant's GPUs over more nodes
+means a node's failure or drain takes a little from many tenants rather than much from
+one. Pods without GPUs, tenants with no GPU placed, and nodes without cards score 100
+everywhere: the plugin then changes no ranking.
 
 The tenant is Handle.tenancy's (the Namespace's `gpusched.io/tenant` label, else the
 namespace), never a label on the pod (a pod owner can write those).
@@ -26,6 +30,7 @@ from gpusched.framework.cycle_state import CycleState
 from gpusched.framework.interfaces import MAX_NODE_SCORE, Handle, Rows, Scores
 from gpusched.model.node import FULL_CARD_MILLI
 from gpusched.model.pod import PodInfo
+from gpusched.model.quota import ZERO
 from gpusched.plugins.helper.args import checked_args
 from gpusched.plugins.tenant_load.args import TenantLoadArgs
 
@@ -43,13 +48,17 @@ class TenantLoad:
         req = pod.request
         if not (req.gpu_cards or req.gpu_milli):
             return out
-        held = self.handle.tenant_gpu_rows(self.handle.tenancy.tenant_of(pod.namespace))
-        if not held.any():
+        tenant = self.handle.tenancy.tenant_of(pod.namespace)
+        usages = self.handle.tenant_usages()
+        own = usages.get(tenant, ZERO)[0]
+        in_use = sum(u[0] for u in usages.values())
+        allowed = max(self.args.free_share, own / in_use if in_use > 0 else 1.0)
+        if own <= 0 or allowed >= 1.0:
             return out
+        held = self.handle.tenant_gpu_rows(tenant)
         snap = self.handle.snapshot
         total = snap.node_card_count[rows].astype(np.float64) * FULL_CARD_MILLI
         load = np.divide(held[rows], total, out=np.zeros(len(rows)), where=total > 0)
-        free = self.args.free_share
-        excess = np.clip((load - free) / (1.0 - free), 0.0, 1.0)
+        excess = np.clip((load - allowed) / (1.0 - allowed), 0.0, 1.0)
         out -= MAX_NODE_SCORE * excess
         return out

@@ -52,10 +52,21 @@ def rows(h: SchedulerHandle) -> np.ndarray:
 def test_the_tenants_share_of_each_node_lowers_its_score(handle: SchedulerHandle) -> None:
     plugin = TenantLoad(None, handle)
     got = plugin.score(CycleState(), gpu_pod("new", "team-a-dev", cards=1), rows(handle))
-    # n1: 4.5 of 8 cards are the tenant's (both namespaces); n2: 2 of 8; n3: another tenant's.
-    assert got.tolist() == pytest.approx([100 * (1 - 4.5 / 8), 100 * (1 - 2 / 8), 100.0])
+    # Tenant a holds 6.5 of the 14.5 GPUs in use: up to 6.5/14.5 of a node is its
+    # proportion. n1: 4.5 of 8 cards are a's (both namespaces), beyond it; n2: 2 of 8, within.
+    f = 6.5 / 14.5
+    assert got.tolist() == pytest.approx([100 * (1 - (4.5 / 8 - f) / (1 - f)), 100.0, 100.0])
+    # Tenant b (8 of 14.5) fills n3.
     other = plugin.score(CycleState(), gpu_pod("new", "team-b", milli=300), rows(handle))
-    assert other.tolist() == [100.0, 100.0, 0.0]
+    assert other.tolist() == pytest.approx([100.0, 100.0, 0.0])
+
+
+def test_one_tenant_alone_is_never_penalised(handle: SchedulerHandle) -> None:
+    # Everything in use is tenant a's: its proportion is the whole cluster.
+    handle.cache.remove_pod("team-b/w")
+    plugin = TenantLoad(None, handle)
+    got = plugin.score(CycleState(), gpu_pod("new", "team-a", cards=1), rows(handle))
+    assert got.tolist() == [100.0] * 3
 
 
 def test_pods_without_gpus_and_new_tenants_are_not_ranked(handle: SchedulerHandle) -> None:
@@ -69,7 +80,7 @@ def test_pods_without_gpus_and_new_tenants_are_not_ranked(handle: SchedulerHandl
 def test_free_share_lets_a_tenant_hold_part_of_a_node(handle: SchedulerHandle) -> None:
     plugin = TenantLoad(TenantLoadArgs(free_share=0.5), handle)
     got = plugin.score(CycleState(), gpu_pod("new", "team-a", cards=1), rows(handle))
-    # n1: (4.5/8 - 0.5) / 0.5 = 0.125 over; n2 under the free share.
+    # freeShare 0.5 is above a's proportion (6.5/14.5): n1 (4.5/8 - 0.5) / 0.5 = 0.125 over.
     assert got.tolist() == pytest.approx([87.5, 100.0, 100.0])
 
 
