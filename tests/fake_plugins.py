@@ -211,6 +211,7 @@ DEFAULT_FAKES = (
         P.PRE_BIND,
         args=DynamicResourcesArgs,
     ),
+    fake("ElasticQuota", P.PRE_FILTER),
     fake("VolumeRestrictions", P.PRE_FILTER, P.FILTER),
     fake("NodeVolumeLimits", P.PRE_FILTER, P.FILTER),
     fake("VolumeBinding", P.PRE_FILTER, P.FILTER, P.RESERVE, P.PRE_BIND),

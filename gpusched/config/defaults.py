@@ -70,6 +70,10 @@ DEFAULT_PLUGINS: Mapping[Point, tuple[PluginRef, ...]] = {
         "PodTopologySpread",
         "InterPodAffinity",
         "DynamicResources",
+        # After the pod's own checks (a malformed or unplaceable pod says so first), before
+        # the gang's capacity check: a gang over its tenant's quota is refused for that,
+        # not planned.
+        "ElasticQuota",
         # Last: whether the whole gang fits is asked only of a pod every other plugin let in.
         "GangScheduling",
     ),

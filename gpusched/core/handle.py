@@ -46,6 +46,13 @@ class SchedulerHandle:
         self.waiting = WaitingPods()
         # Filled by ClusterEvents (which is built later and handed this same index).
         self.gang_index = GangIndex()
+        # Whether a pod is in the scheduling queue: set by whoever builds the queue (the
+        # daemon, the simulator); until then every pod counts as pending.
+        self.pending: Callable[[str], bool] = _always
+        # tenant -> its namespaces holding placed pods, and the (cache namespace version,
+        # tenancy generation) it was grouped at (tenant_usage).
+        self._groups: dict[str, list[str]] = {}
+        self._groups_stamp: tuple[int, int] = (-1, -1)
 
     @property
     def snapshot(self) -> Snapshot:
@@ -102,34 +109,48 @@ class SchedulerHandle:
         return self._disruption
 
     def tenant_usage(self, tenant: str) -> quota.Usage:
-        # The cache keeps each namespace's sum (core/cache/cache.py); a tenant is the
-        # namespaces the tenancy port maps to it, so a relabelled Namespace moves its usage
-        # at once. One dict lookup per namespace holding placed pods.
-        tenant_of = self._tenancy.tenant_of
+        # The cache keeps each namespace's sum (core/cache/cache.py); the namespaces are
+        # grouped by tenant once per change of the namespace set or of the tenancy
+        # (generation), so this reads only the tenant's own namespaces. A relabelled
+        # Namespace moves its usage at once.
+        usage = self.cache.namespace_usage()
         total: quota.Usage | None = None
-        for namespace, usage in self.cache.namespace_usage().items():
-            if tenant_of(namespace) == tenant:
-                total = usage if total is None else quota.add(total, usage)
+        for namespace in self._tenant_groups().get(tenant, ()):
+            u = usage[namespace]
+            total = u if total is None else quota.add(total, u)
         return quota.ZERO if total is None else total
 
+    def _tenant_groups(self) -> Mapping[str, list[str]]:
+        """Tenant -> its namespaces holding placed pods, regrouped only when the cache's
+        namespace set or the tenancy changes."""
+        stamp = (self.cache.namespace_version, self._tenancy.generation)
+        if stamp != self._groups_stamp:
+            groups: dict[str, list[str]] = {}
+            tenant_of = self._tenancy.tenant_of
+            for namespace in self.cache.namespace_usage():
+                groups.setdefault(tenant_of(namespace), []).append(namespace)
+            self._groups, self._groups_stamp = groups, stamp
+        return self._groups
+
     def tenant_usages(self) -> Mapping[str, quota.Usage]:
-        tenant_of = self._tenancy.tenant_of
+        usage = self.cache.namespace_usage()
         out: dict[str, quota.Usage] = {}
-        for namespace, usage in self.cache.namespace_usage().items():
-            t = tenant_of(namespace)
-            have = out.get(t)
-            out[t] = usage if have is None else quota.add(have, usage)
+        for tenant, namespaces in self._tenant_groups().items():
+            total = usage[namespaces[0]]
+            for namespace in namespaces[1:]:
+                total = quota.add(total, usage[namespace])
+            out[tenant] = total
         return out
 
     def tenant_gpu_rows(self, tenant: str) -> NDArray[np.int64]:
         out = np.zeros(len(self.cache.snapshot.node_valid), np.int64)
-        tenant_of = self._tenancy.tenant_of
-        for namespace in self.cache.namespace_usage():
-            if tenant_of(namespace) != tenant:
-                continue
+        for namespace in self._tenant_groups().get(tenant, ()):
             for row, milli in self.cache.namespace_gpu_rows(namespace).items():
                 out[row] += milli
         return out
+
+    def is_pending(self, uid: str) -> bool:
+        return self.pending(uid)
 
     def allocation_of(self, uid: str) -> Allocation | None:
         entry = self.cache.get(uid)
@@ -147,3 +168,7 @@ class SchedulerHandle:
 
     def waiting_pods(self) -> Iterable[WaitingPod]:
         return iter(self.waiting)
+
+
+def _always(uid: str) -> bool:
+    return True

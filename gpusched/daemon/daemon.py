@@ -20,6 +20,10 @@
     (kube/podgroups.py) feed Handle.gangs and ClusterEvents.pod_group_changed; member and
     attempt changes go to a GangBoard (daemon/gang_status.py), which the PodGroup status
     operator (operator/operator.py, a kopf thread) writes while this instance leads
+    tenants and quotas (always): the ElasticQuota watch and the Namespace labels
+    (kube/quotas.py) are Handle.tenancy; quota changes requeue the pods ElasticQuota
+    refused; each quota's usage goes to a QuotaBoard (daemon/quota_status.py), written as
+    status.used by the same operator while this instance leads
 
 The simulator drives the same ScheduleOne and event handlers; only this file's watches,
 tasks and signals are the daemon's own. Everything that touches the cache runs on the one
@@ -52,6 +56,7 @@ from gpusched.core.runtime.framework import Framework, pre_enqueue_of
 from gpusched.core.schedule_one import Result, ScheduleOne
 from gpusched.daemon.gang_status import GangStatusPublisher
 from gpusched.daemon.liveness import Liveness
+from gpusched.daemon.quota_status import QuotaStatusPublisher
 from gpusched.daemon.reporting import Reporter
 from gpusched.daemon.tasks import Tasks
 from gpusched.daemon.warmup import warm_kernels
@@ -66,6 +71,7 @@ from gpusched.kube.dra import KubeDra
 from gpusched.kube.lease import KubeLeases, LeaderElector, default_identity
 from gpusched.kube.ops import pod_path
 from gpusched.kube.podgroups import KubePodGroups
+from gpusched.kube.quotas import KubeQuotas
 from gpusched.kube.volumes import CLAIMS, CLASSES, CSI_NODES, VOLUMES, KubeVolumes
 from gpusched.kube.watch import Backoff, EventType, Reflector
 from gpusched.kube.writer import ClusterWriter, ObjectRef
@@ -75,6 +81,7 @@ from gpusched.model.node import NodeModel, TopologyKeys, node_from_k8s
 from gpusched.model.pod import GangAPI, GpuKind, PodInfo, pod_from_k8s
 from gpusched.observability.metrics import Metrics
 from gpusched.operator.board import GangBoard
+from gpusched.operator.quota_board import QuotaBoard
 
 if TYPE_CHECKING:
     from gpusched.operator.operator import StatusOperator
@@ -168,6 +175,15 @@ class Daemon:
                 watch_timeout=config.watch.timeout_seconds,
                 read_timeout=config.watch.read_timeout_seconds,
             )
+        # Tenants and their ElasticQuotas (kube/quotas.py), always: admission, reclaim and
+        # the fair order all read tenancy; without the CRD the watch idles (no quotas).
+        self.quotas = KubeQuotas(
+            kube,
+            on_change=self._on_quota,
+            backoff=lambda: _backoff(config.watch),
+            watch_timeout=config.watch.timeout_seconds,
+            read_timeout=config.watch.read_timeout_seconds,
+        )
         self.handle = SchedulerHandle(
             self.cache,
             self.writer,
@@ -175,6 +191,7 @@ class Daemon:
             volumes=self.volumes or NO_VOLUMES,
             gangs=self.pod_groups or NO_GANGS,
             dra=self.dra or NO_DRA,
+            tenancy=self.quotas,
         )
         # What the PodGroup status operator writes (only the leader runs it).
         self.gang_board: GangBoard | None = None
@@ -183,6 +200,10 @@ class Daemon:
         if gangs:
             self.gang_board = GangBoard()
             self.gang_status = GangStatusPublisher(self.gang_board, self.handle)
+        # ElasticQuota status.used and its Warning Events (the same operator writes them).
+        self.quota_board = QuotaBoard()
+        self.quota_status = QuotaStatusPublisher(self.quota_board, self.quotas, self.handle)
+        self.cache.usage_changed = self.quota_status.namespace_used
         # One framework per profile; a pod goes to the one named by its schedulerName.
         self.frameworks: dict[str, Framework] = {
             p.scheduler_name: Framework(
@@ -202,6 +223,9 @@ class Daemon:
             on_gated=self._on_gated,
             fair=first.fair,
         )
+        self.queue.tenant_of = self.quotas.tenant_of
+        queue = self.queue
+        self.handle.pending = lambda uid: bool(queue.where(uid))
         topo: TopologyKeys = config.topology_keys
         self.node_watch: Reflector[NodeModel] = Reflector(
             kube,
@@ -244,6 +268,7 @@ class Daemon:
                 *(self.volumes.reflectors if self.volumes else ()),
                 *(self.pod_groups.reflectors if self.pod_groups else ()),
                 *(self.dra.reflectors if self.dra else ()),
+                *self.quotas.reflectors,
             ],
             lambda: len(self.queue.active),
             watch_stall=config.liveness.watch_stall_seconds,
@@ -350,6 +375,7 @@ class Daemon:
             background.append(asyncio.create_task(self.pod_groups.run(), name="watch podgroups"))
         if self.dra is not None:
             background.append(asyncio.create_task(self.dra.run(), name="watch dra"))
+        background.append(asyncio.create_task(self.quotas.run(), name="watch elasticquotas"))
         loop_task: asyncio.Task[None] | None = None
         elector_task: asyncio.Task[None] | None = None
         try:
@@ -364,6 +390,9 @@ class Daemon:
                 # Every allocated claim known before the first attempt: a device is never
                 # handed out twice across a restart.
                 *([self.dra.wait_synced()] if self.dra else []),
+                # Every tenant's quota known before the first attempt: a restart must not
+                # admit past a max it has not read yet.
+                self.quotas.wait_synced(),
                 self.namespace_watch.synced.wait(),
             )
             stop = asyncio.ensure_future(self._stop.wait())
@@ -472,10 +501,13 @@ class Daemon:
             pause.cancel()
 
     def _start_status_operator(self) -> None:
-        """The PodGroup status operator, while we lead (kopf in a thread of its own)."""
-        if self.gang_board is None:
+        """The PodGroup and ElasticQuota status operator, while we lead (kopf in a thread
+        of its own)."""
+        quota_board = self.quota_board if self.quotas.served else None
+        if self.status_operator is not None or (self.gang_board is None and not self.quotas.specs):
+            # Nothing to keep yet: the first ElasticQuota starts it (_on_quota).
             return
-        # kopf costs ~0.8 s to import: only a daemon that keeps PodGroup status pays it.
+        # kopf costs ~0.8 s to import: only a daemon that keeps some status pays it.
         from gpusched.operator.operator import StatusOperator  # noqa: PLC0415 - see above
 
         cc = self.config.client_connection
@@ -485,9 +517,14 @@ class Daemon:
             instance=self.options.instance,
             qps=cc.qps,
             burst=cc.burst,
+            quota_board=quota_board,
         )
         self.status_operator.start()
-        self.log.info("PodGroup status operator started")
+        self.log.info(
+            "status operator started",
+            podgroups=self.gang_board is not None,
+            elasticquotas=quota_board is not None,
+        )
 
     def _fence(self) -> str | None:
         return self.elector.fence() if self.elector is not None else None
@@ -574,11 +611,15 @@ class Daemon:
         self.metrics.watch_events.labels("nodes").inc()
         if kind is EventType.DELETED:
             self.events.node_deleted(node.name)
+            self.quota_status.touch_all()  # the cluster's capacity shrank
             gone = self.overcommit.forget(node.name)
             if gone is not None:
                 self._report_overcommit(gone)
             return
         old = self.events.nodes.get(node.name)
+        if old is None or _capacity_of(old) != _capacity_of(node):
+            # What the quota capacity counts (mins above it are scaled down).
+            self.quota_status.touch_all()
         if old is None or old.allocatable_gpus != node.allocatable_gpus:
             # Only what the over-commit count reads: status heartbeats mark nothing.
             self.overcommit.mark(node.name)
@@ -674,8 +715,18 @@ class Daemon:
         self.metrics.watch_events.labels("namespaces").inc()
         if kind is EventType.DELETED:
             self.cache.remove_namespace(ns.name)
+            self.quotas.remove_namespace(ns.name)
         else:
             self.cache.set_namespace(ns.name, ns.labels)
+            self.quotas.set_namespace(ns.name, ns.labels)
+
+    def _on_quota(self) -> None:
+        """An ElasticQuota changed, or a Namespace moved to another tenant (kube/quotas.py):
+        the pods ElasticQuota refused are judged again."""
+        self.queue.move_all(ClusterEvent.QUOTA_CHANGE)
+        self.quota_status.touch_all()
+        if self.leading.is_set() and self.status_operator is None and self.quotas.specs:
+            self._start_status_operator()  # the first ElasticQuota of a gang-less daemon
 
     def _on_pod(self, kind: EventType, pod: PodInfo) -> None:
         self.metrics.watch_events.labels("pods").inc()
@@ -820,6 +871,10 @@ _STORAGE_EVENTS = {
     CLASSES: ClusterEvent.STORAGE_CLASS_CHANGE,
     CSI_NODES: ClusterEvent.CSI_NODE_CHANGE,
 }
+
+
+def _capacity_of(node: NodeModel) -> tuple[object, ...]:
+    return (node.cards, node.cpu_milli, node.memory_bytes, node.pods)
 
 
 def _node(raw: JSON, topo: TopologyKeys) -> NodeModel:

@@ -242,6 +242,12 @@ class Handle(Protocol):
         on that row's node; 0 elsewhere (TenantLoad's load)."""
         ...
 
+    def is_pending(self, uid: str) -> bool:
+        """Whether the pod waits in this scheduler's queue (any sub-queue, gated, or in its
+        attempt now): False once it is deleted, bound, or placed. Preemption drops the
+        nomination of a preemptor that is no longer pending."""
+        ...
+
     def allocation_of(self, uid: str) -> Allocation | None:
         """Where a placed pod (bound or assumed) is charged: its node's row and the card
         shares it holds there; None for a pod the cache does not place (pending, gone, or

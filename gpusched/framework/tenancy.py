@@ -55,6 +55,13 @@ class TenancyPort(Protocol):
         """Every tenant's quota (one per tenant that has any)."""
         ...
 
+    @property
+    def generation(self) -> int:
+        """Changes whenever `tenant_of` may answer differently for some namespace (a
+        Namespace relabelled): the Handle keeps its tenant -> namespaces grouping until
+        then, so a tenant's usage sums its own namespaces only."""
+        ...
+
 
 def tenant_from_labels(namespace: str, labels: Mapping[str, str] | None) -> str:
     """The tenancy rule on a Namespace's name and labels."""
@@ -75,6 +82,7 @@ class StaticTenancy:
     ) -> None:
         self._quotas: dict[str, TenantQuota] = {q.tenant: q for q in quotas}
         self._tenants: dict[str, str] = dict(namespace_tenants or {})
+        self._generation = 0
 
     def put(self, quota: TenantQuota) -> None:
         self._quotas[quota.tenant] = quota
@@ -84,6 +92,11 @@ class StaticTenancy:
 
     def set_tenant(self, namespace: str, tenant: str) -> None:
         self._tenants[namespace] = tenant
+        self._generation += 1
+
+    @property
+    def generation(self) -> int:
+        return self._generation
 
     def tenant_of(self, namespace: str) -> str:
         return self._tenants.get(namespace, namespace)
@@ -106,6 +119,10 @@ class _NoTenancy:
 
     def quotas(self) -> Iterable[TenantQuota]:
         return ()
+
+    @property
+    def generation(self) -> int:
+        return 0
 
 
 NO_TENANCY: TenancyPort = _NoTenancy()

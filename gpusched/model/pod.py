@@ -129,7 +129,8 @@ class PodInfo:
     created: float = 0.0  # unix seconds, for QueueSort ties
     gang: Gang | None = None
     job_id: str = ""  # network locality groups a job's pods
-    tenant: str = ""
+    # No tenant here: a pod's tenant is its Namespace's (framework/tenancy.py), never a
+    # label the pod's owner could write.
     preemptible: bool = True
     gpu_ids: tuple[int, ...] = ()  # cards of a bound pod, from gpusched.io/gpu-ids
     phase: str = "Pending"
@@ -357,7 +358,7 @@ MAX_CARD_IDS = 64
 # No annotation count or size is near this; beyond int64 the kernels cannot take the value.
 MAX_ANNOTATION_INT = 2**31 - 1
 _OWN_PREFIX = keys.GPU_MILLI.split("/", 1)[0] + "/"
-_LABEL_KEYS = (keys.TENANT_LABEL, keys.RACK_LABEL, keys.SPINE_LABEL)
+_LABEL_KEYS = (keys.RACK_LABEL, keys.SPINE_LABEL)
 
 
 def _int_annotation(
@@ -387,6 +388,13 @@ def _unknown_annotations(ann: Mapping[str, str], errors: list[str]) -> None:
             continue
         if key in _LABEL_KEYS:
             errors.append(f"{key} is a label, not an annotation: set it in metadata.labels")
+            continue
+        if key == keys.TENANT_LABEL:
+            # The tenant is the Namespace's (framework/tenancy.py): a pod cannot choose it.
+            errors.append(
+                f"{key} is a Namespace label (it names the tenant of every pod in the"
+                " namespace), not a pod annotation"
+            )
             continue
         close = difflib.get_close_matches(str(key), keys.POD_ANNOTATIONS, n=1)
         hint = f"did you mean {close[0]}?" if close else f"known: {', '.join(keys.POD_ANNOTATIONS)}"
@@ -632,7 +640,6 @@ def pod_from_k8s(obj: Mapping[str, Any]) -> PodInfo:
         created=parse_time(meta.get("creationTimestamp")),
         gang=gang,
         job_id=str(labels.get(keys.JOB_ID_LABEL) or (gang.name if gang else "")),
-        tenant=str(labels.get(keys.TENANT_LABEL) or namespace),
         preemptible=preemptible,
         gpu_ids=gpu_ids,
         phase=str(status.get("phase") or "Pending"),

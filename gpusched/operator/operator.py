@@ -1,11 +1,12 @@
-"""The kopf operator embedded in `gpusched run`: it writes PodGroup status while this
-replica holds the leader Lease.
+"""The kopf operator embedded in `gpusched run`: it writes PodGroup status and ElasticQuota
+`status.used` while this replica holds the leader Lease.
 
 kopf's embedding recipe (kopf.readthedocs.io "Embedding"): `kopf.operator(...)` in a
 thread of its own with its own event loop, stopped through `stop_flag`; clusterwide, and
 standalone (no peering objects: the Lease already makes one writer). What it touches:
 
-* watches both PodGroup APIs through kopf (`on.event` handlers: they need no finalizer,
+* watches both PodGroup APIs (when gangs are scheduled) and ElasticQuotas (when the CRD is
+  served) through kopf (`on.event` handlers: they need no finalizer,
   keep no progress, write no annotation); progress and diff-base stores are in memory
   anyway, so no handler could ever write kopf's annotations;
 * no Events from kopf (`settings.posting.enabled = False`: the daemon posts its own);
@@ -17,11 +18,14 @@ standalone (no peering objects: the Lease already makes one writer). What it tou
   the latter re-read on each login, as the daemon's client does);
 * writes, through a client of its own on this thread's loop: `podgroups/status` merge
   patches (only when the computed status differs from the object's, status.py) and, for
-  x-k8s PodGroups, a FailedScheduling Event when the reason they wait changes.
+  x-k8s PodGroups, a FailedScheduling Event when the reason they wait changes;
+  `elasticquotas/status` merge patches of `used` (only when it differs) and the Warning
+  Events the daemon reports for a quota (InvalidQuota, MinimumsExceedCluster), each once
+  per message.
 
-What to write comes from the GangBoard the daemon publishes (board.py); a board change
-wakes exactly the PodGroups it names, kopf's events wake the object that changed, and one
-worker writes them in turn, so nothing polls.
+What to write comes from the GangBoard and the QuotaBoard the daemon publishes (board.py,
+quota_board.py); a board change wakes exactly the objects it names, kopf's events wake the
+object that changed, and one worker per kind writes them in turn, so nothing polls.
 """
 
 from __future__ import annotations
@@ -48,9 +52,14 @@ from gpusched.kube.podgroups import (
     pod_group_from_k8s,
     pod_group_path,
 )
+from gpusched.kube.quotas import GROUP as QUOTA_GROUP
+from gpusched.kube.quotas import PLURAL as QUOTAS
+from gpusched.kube.quotas import VERSION as QUOTA_VERSION
+from gpusched.kube.quotas import elastic_quota_path
 from gpusched.kube.writer import ClusterWriter, ObjectRef
 from gpusched.model.pod import GangAPI
 from gpusched.operator.board import GangBoard, Index
+from gpusched.operator.quota_board import QuotaBoard
 from gpusched.operator.status import (
     COSCHEDULING_FIELDS,
     coscheduling_status,
@@ -150,15 +159,20 @@ class StatusOperator:
 
     def __init__(
         self,
-        board: GangBoard,
+        board: GangBoard | None,
         configuration: Any,
         *,
         instance: str = "",
         qps: float = 50.0,
         burst: int = 100,
         clock: Callable[[], float] = time.time,
+        quota_board: QuotaBoard | None = None,
     ) -> None:
-        self.board = board
+        """`board`: PodGroup status to write (None: none); `quota_board`: ElasticQuota
+        status.used and Warning Events to write (None: none)."""
+        self.board = board or GangBoard()
+        self.quota_board = quota_board
+        self._gangs = board is not None
         self.configuration = configuration
         self.instance = instance
         self.qps = qps
@@ -175,6 +189,12 @@ class StatusOperator:
         self._queued: set[Index] = set()
         self._kube: Kube | None = None
         self._writer: ClusterWriter | None = None
+        # ElasticQuotas: the last seen object, the Warning Events written (reason, message),
+        # and their own work queue (a quota's key is "namespace/name", a gang's an Index).
+        self._quota_objects: dict[str, dict[str, Any]] = {}
+        self._quota_told: dict[str, set[tuple[str, str]]] = {}
+        self._quota_queue: asyncio.Queue[str] | None = None
+        self._quota_queued: set[str] = set()
         self.registry = self._registry()
 
     # -- lifecycle (the daemon's side) ------------------------------------------------------
@@ -218,8 +238,13 @@ class StatusOperator:
         self._writer = ClusterWriter(
             self._kube, qps=self.qps, burst=self.burst, instance=self.instance
         )
+        self._quota_queue = asyncio.Queue()
         unsubscribe = self.board.subscribe(self._wake)
         worker = asyncio.create_task(self._work(), name="podgroup status writer")
+        unsubscribe_quotas = (
+            self.quota_board.subscribe(self._wake_quotas) if self.quota_board else lambda: None
+        )
+        quota_worker = asyncio.create_task(self._work_quotas(), name="elasticquota status writer")
         try:
             await kopf.operator(
                 registry=self.registry,
@@ -231,8 +256,10 @@ class StatusOperator:
             )
         finally:
             unsubscribe()
+            unsubscribe_quotas()
             worker.cancel()
-            await asyncio.gather(worker, return_exceptions=True)
+            quota_worker.cancel()
+            await asyncio.gather(worker, quota_worker, return_exceptions=True)
             await self._kube.close()
 
     def _registry(self) -> kopf.OperatorRegistry:
@@ -243,13 +270,21 @@ class StatusOperator:
         async def login(**_: Any) -> kopf.ConnectionInfo:
             return await connection_info(configuration)
 
-        @kopf.on.event(COSCHEDULING_GROUP, COSCHEDULING_VERSION, "podgroups", registry=registry)
-        async def coscheduling(event: Mapping[str, Any], **_: Any) -> None:
-            self._observe(GangAPI.COSCHEDULING, event)
+        if self._gangs:
 
-        @kopf.on.event(WORKLOAD_GROUP, WORKLOAD_VERSION, "podgroups", registry=registry)
-        async def workload(event: Mapping[str, Any], **_: Any) -> None:
-            self._observe(GangAPI.WORKLOAD, event)
+            @kopf.on.event(COSCHEDULING_GROUP, COSCHEDULING_VERSION, "podgroups", registry=registry)
+            async def coscheduling(event: Mapping[str, Any], **_: Any) -> None:
+                self._observe(GangAPI.COSCHEDULING, event)
+
+            @kopf.on.event(WORKLOAD_GROUP, WORKLOAD_VERSION, "podgroups", registry=registry)
+            async def workload(event: Mapping[str, Any], **_: Any) -> None:
+                self._observe(GangAPI.WORKLOAD, event)
+
+        if self.quota_board is not None:
+
+            @kopf.on.event(QUOTA_GROUP, QUOTA_VERSION, QUOTAS, registry=registry)
+            async def elasticquota(event: Mapping[str, Any], **_: Any) -> None:
+                self._observe_quota(event)
 
         return registry
 
@@ -410,5 +445,149 @@ class StatusOperator:
             str(meta.get("name", "")),
             str(meta.get("uid", "")),
             api_version=f"{COSCHEDULING_GROUP}/{COSCHEDULING_VERSION}",
+        )
+        await self._writer.event(ref, "Warning", reason, message)
+
+    # -- ElasticQuota status.used and Warning Events ----------------------------------------
+
+    def _observe_quota(self, event: Mapping[str, Any]) -> None:
+        """An ElasticQuota listed, added, changed or deleted (kopf's watch)."""
+        raw = event.get("object")
+        if not isinstance(raw, dict):
+            return
+        meta = raw.get("metadata") or {}
+        key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+        if event.get("type") == "DELETED":
+            self._quota_objects.pop(key, None)
+            self._quota_told.pop(key, None)
+            return
+        known = self._quota_objects.get(key)
+        if known is None or _rv(raw) >= _rv(known):
+            if known is not None and (known.get("metadata") or {}).get("uid") != meta.get("uid"):
+                self._quota_told.pop(key, None)  # re-created: its Events are new again
+            self._quota_objects[key] = copy.deepcopy(raw)
+        self._enqueue_quotas([key])
+
+    def _wake_quotas(self, changed: frozenset[str]) -> None:
+        """The quota board changed (called on the daemon's thread)."""
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(self._enqueue_quotas, changed)
+
+    def _enqueue_quotas(self, keys: Iterable[str]) -> None:
+        if self._quota_queue is None:
+            return
+        for key in keys:
+            if key not in self._quota_queued:
+                self._quota_queued.add(key)
+                self._quota_queue.put_nowait(key)
+
+    async def _work_quotas(self) -> None:
+        assert self._quota_queue is not None
+        while True:
+            key = await self._quota_queue.get()
+            self._quota_queued.discard(key)
+            try:
+                await self._reconcile_quota(key)
+            except Exception:
+                log.exception("ElasticQuota %s: writing its status raised", key)
+                self._retry_quota(key)
+
+    def _retry_quota(self, key: str) -> None:
+        if self._loop is not None:
+            self._loop.call_later(RETRY_SECONDS, self._enqueue_quotas, [key])
+
+    async def _reconcile_quota(self, key: str) -> None:
+        if self.quota_board is None:
+            return
+        report = self.quota_board.get(key)
+        if report is None:
+            return  # the daemon does not know it (yet): its publish wakes it
+        raw = self._quota_objects.get(key)
+        if raw is None:
+            # As for PodGroups: kopf's first list may lag behind the daemon's watch.
+            raw = await self._read_quota(key)
+            if raw is None:
+                return
+            self._quota_objects[key] = raw
+        status = raw.get("status") if isinstance(raw.get("status"), dict) else {}
+        assert status is not None
+        current = status.get("used") if isinstance(status.get("used"), dict) else {}
+        assert current is not None
+        desired = dict(report.used)
+        if dict(current) != desired:
+            # A merge patch merges maps: a name no longer reported is removed with null.
+            used: dict[str, Any] = {name: None for name in current if name not in desired}
+            used.update(desired)
+            await self._patch_quota_status(key, {"status": {"used": used}})
+        told = self._quota_told.setdefault(key, set())
+        for reason, message in report.warnings:
+            if (reason, message) not in told:
+                told.add((reason, message))
+                await self._quota_event(raw, reason, message)
+
+    async def _read_quota(self, key: str) -> dict[str, Any] | None:
+        assert self._kube is not None
+        namespace, name = key.split("/", 1)
+        try:
+            raw = await self._kube.get(elastic_quota_path(namespace, name))
+        except ApiError as exc:
+            if exc.status != 404:
+                log.warning("ElasticQuota %s: reading it failed: %s", key, exc)
+                self._retry_quota(key)
+            return None
+        except _NET_ERRORS as exc:
+            log.warning("ElasticQuota %s: reading it failed: %r", key, exc)
+            self._retry_quota(key)
+            return None
+        return dict(raw)
+
+    async def _patch_quota_status(self, key: str, body: Mapping[str, Any]) -> None:
+        assert self._kube is not None
+        if self._stop.is_set():
+            return  # stopping (the Lease is being given up): no write after this point
+        namespace, name = key.split("/", 1)
+        try:
+            raw = await self._kube.merge_patch(
+                elastic_quota_path(namespace, name) + "/status", body
+            )
+        except ApiError as exc:
+            if exc.status == 404:
+                return  # deleted meanwhile
+            if exc.status in (401, 403):
+                log.error(
+                    "ElasticQuota %s: status write refused (HTTP %s: %s); grant the"
+                    " scheduler's ServiceAccount patch on elasticquotas/status"
+                    " (manifests/rbac/gpusched.yaml)",
+                    key,
+                    exc.status,
+                    exc.message,
+                )
+            else:
+                log.warning("ElasticQuota %s: status write failed: %s", key, exc)
+            self._retry_quota(key)
+            return
+        except _NET_ERRORS as exc:
+            log.warning("ElasticQuota %s: status write failed: %r", key, exc)
+            self._retry_quota(key)
+            return
+        self.writes += 1
+        known = self._quota_objects.get(key)
+        if known is None or _rv(raw) >= _rv(known):
+            self._quota_objects[key] = dict(raw)
+
+    async def _quota_event(self, raw: Mapping[str, Any], reason: str, message: str) -> None:
+        assert self._writer is not None
+        if self._stop.is_set():
+            return
+        meta = raw.get("metadata") or {}
+        ref = ObjectRef(
+            "ElasticQuota",
+            str(meta.get("namespace", "")),
+            str(meta.get("name", "")),
+            str(meta.get("uid", "")),
+            api_version=f"{QUOTA_GROUP}/{QUOTA_VERSION}",
         )
         await self._writer.event(ref, "Warning", reason, message)

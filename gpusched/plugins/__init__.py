@@ -7,6 +7,7 @@ from gpusched.plugins.best_fit_score import BestFitScore
 from gpusched.plugins.default_binder import DefaultBinder
 from gpusched.plugins.dot_product_score import DotProductScore
 from gpusched.plugins.dynamic_resources import DynamicResources
+from gpusched.plugins.elastic_quota import ElasticQuota
 from gpusched.plugins.fgd_score import FGDScore
 from gpusched.plugins.gang_scheduling import GangScheduling
 from gpusched.plugins.gpu_clustering_score import GpuClusteringScore
@@ -44,6 +45,8 @@ BUILTIN = (
     NodeResourcesFit,
     NodeResourcesBalancedAllocation,
     DynamicResources,
+    # Tenants' ElasticQuotas (max, the non-preemptible rule, gangs charged whole).
+    ElasticQuota,
     TaintToleration,
     NodeAffinity,
     # kube-scheduler's volume plugins (they skip pods without volumes).

@@ -192,6 +192,8 @@ class Simulation:
         dra: DraPort = NO_DRA,
         tenancy: TenancyPort = NO_TENANCY,
     ) -> None:
+        """`tenancy`: tenants and their quotas (a StaticTenancy: namespaces to tenants,
+        TenantQuota per tenant), so ElasticQuota is simulated as it runs in the daemon."""
         node_list = list(nodes)
         self.clock = VirtualClock()
         self.cache = ClusterCache(Snapshot(max_cards, capacity=max(64, len(node_list))))
@@ -222,6 +224,9 @@ class Simulation:
             pre_enqueue=pre_enqueue_of({self.name: self.fw}),
             fair=self.fw.fair,
         )
+        self.queue.tenant_of = tenancy.tenant_of
+        queue = self.queue
+        self.handle.pending = lambda uid: bool(queue.where(uid))
         self.events = ClusterEvents(
             self.cache,
             self.queue,

@@ -137,7 +137,6 @@ def _pod(
         labels={"ai.training/job-id": job} if job else {},
         gang=gang,
         job_id=job,
-        tenant="demo",
     )
 
 

@@ -187,6 +187,9 @@ class ClusterCache:
         # its request changed since (an in-place resize re-charges through _usage_set).
         self._ns_usage: dict[str, quota.Usage] = {}
         self._usage_of: dict[str, tuple[str, quota.Usage]] = {}
+        # Bumped when a namespace enters or leaves `_ns_usage` (Handle.tenant_usage groups
+        # the namespaces by tenant once per change).
+        self.namespace_version = 0
         # Told the namespace whose usage changed (the daemon republishes its tenant's
         # ElasticQuota status.used).
         self.usage_changed: Callable[[str], None] = _ignore_namespace
@@ -449,7 +452,10 @@ class ClusterCache:
                 return
             self._usage_unset(pod.uid)
         self._usage_of[pod.uid] = (pod.namespace, usage)
-        total = self._ns_usage.get(pod.namespace, quota.ZERO)
+        total = self._ns_usage.get(pod.namespace)
+        if total is None:
+            total = quota.ZERO
+            self.namespace_version += 1
         self._ns_usage[pod.namespace] = quota.add(total, usage)
         self.usage_changed(pod.namespace)
 
@@ -461,6 +467,7 @@ class ClusterCache:
         total = quota.add(self._ns_usage[namespace], usage, -1)
         if total[quota.INDEX[quota.PODS]] <= 0:
             del self._ns_usage[namespace]  # its last pod went: nothing is left charged
+            self.namespace_version += 1
         else:
             self._ns_usage[namespace] = total
         self.usage_changed(namespace)

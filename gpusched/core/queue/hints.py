@@ -52,6 +52,9 @@ class ClusterEvent(enum.Enum):
     RESOURCE_CLAIM_CHANGE = "ResourceClaimChange"
     RESOURCE_SLICE_CHANGE = "ResourceSliceChange"
     DEVICE_CLASS_CHANGE = "DeviceClassChange"
+    # An ElasticQuota added, changed or deleted, or a Namespace moved to another tenant
+    # (kube/quotas.py): only pods ElasticQuota refused may care.
+    QUOTA_CHANGE = "ElasticQuotaChange"
     FLUSH = "UnschedulableTimeout"
 
 
@@ -100,6 +103,9 @@ PLUGIN_NODE_CHANGES: dict[str, NodeChange] = {
     "DynamicResources": NodeChange.LABELS | NodeChange.CARDS,
     # A topology key's value (a watched label) or, with nodeTaintsPolicy Honor, a taint.
     "PodTopologySpread": NodeChange.LABELS | NodeChange.TAINTS | NodeChange.TAINT_ADDED,
+    # The cluster's capacity scales the guarantees down when the mins exceed it (the
+    # non-preemptible rule reads them); a node's labels or taints change nothing.
+    "ElasticQuota": NodeChange.ALLOCATABLE | NodeChange.CARDS,
 }
 
 VOLUME_PLUGINS = frozenset(
@@ -113,6 +119,11 @@ VOLUME_EVENTS = frozenset(
         ClusterEvent.CSI_NODE_CHANGE,
     }
 )
+
+QUOTA_PLUGINS = frozenset({"ElasticQuota"})
+# Rejections a pod event helps only when the event's pod is of the same tenant (its usage
+# changed): the queue maps both namespaces to their tenants (SchedulingQueue.tenant_of).
+TENANT_SCOPED = QUOTA_PLUGINS
 
 DRA_PLUGINS = frozenset({"DynamicResources"})
 DRA_EVENTS = frozenset(
@@ -153,7 +164,9 @@ POD_EVENTS = frozenset(
 # domain raise the global minimum; a pod an affinity term selects arrives): only these wake
 # on ASSIGNED_POD_ADD / _UPDATE (kube-scheduler's Pod/Add and Pod/UpdatePodLabel events),
 # which every bind emits, so a backlog rejected for capacity is not retried on every bind.
-POD_ADD_PLUGINS = frozenset({"PodTopologySpread", "InterPodAffinity"})
+# Preemption's Filter holds a nominated node's room until the preemptor is placed: its
+# binding (a pod added) gives the room back.
+POD_ADD_PLUGINS = frozenset({"PodTopologySpread", "InterPodAffinity", "Preemption"})
 # Filters that count only the pods of the rejected pod's own namespace (not InterPodAffinity:
 # its terms may select other namespaces).
 NAMESPACED = frozenset({"PodTopologySpread"})
@@ -178,6 +191,8 @@ def may_help(
     flush)."""
     if event is ClusterEvent.FLUSH:
         return True
+    if event is ClusterEvent.QUOTA_CHANGE:
+        return not rejected_by or bool(rejected_by & QUOTA_PLUGINS)
     if event in DRA_EVENTS:
         # A claim, slice or class changing helps only a pod DynamicResources rejected (or
         # one whose rejection names no plugin).
@@ -197,6 +212,16 @@ def may_help(
         return False
     # Fewer nodes never make a pod fit, except one whose spread they skew.
     return event is not ClusterEvent.NODE_DELETE or bool(rejected_by & NODE_DELETE_PLUGINS)
+
+
+def tenant_scoped(rejected_by: frozenset[str], event: ClusterEvent) -> bool:
+    """Whether pod event `event` helps a pod rejected by `rejected_by` only when the event's
+    pod is of its tenant: every rejecting plugin the event can help counts that tenant's
+    usage only (a quota refusal is lifted by the tenant's own pods leaving)."""
+    if event in (ClusterEvent.ASSIGNED_POD_ADD, ClusterEvent.ASSIGNED_POD_UPDATE):
+        return False
+    helped = rejected_by - NODE_ONLY
+    return bool(helped) and helped <= TENANT_SCOPED
 
 
 def namespace_scoped(rejected_by: frozenset[str], event: ClusterEvent) -> bool:

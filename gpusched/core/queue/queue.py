@@ -37,6 +37,7 @@ from gpusched.core.queue.hints import (
     NodeChange,
     may_help,
     namespace_scoped,
+    tenant_scoped,
 )
 from gpusched.core.queue.info import QueuedPodInfo
 from gpusched.core.queue.unschedulable import UnschedulablePods
@@ -84,6 +85,9 @@ class SchedulingQueue:
         self.backoff = BackoffQueue()
         self.unschedulable = UnschedulablePods()
         self.inflight: dict[str, QueuedPodInfo] = {}
+        # A namespace's tenant (the daemon sets its tenancy port's): pods ElasticQuota
+        # refused move on a pod event of their own tenant only.
+        self.tenant_of: Callable[[str], str] = _same
         self._closed = False
         self._wakeup: asyncio.Event | None = None
         # When the next leftover check is due. One stored instant, compared the same way by
@@ -171,8 +175,15 @@ class SchedulingQueue:
             if not may_help(rejected_by, event, change):
                 continue
             scoped = scoped_event and namespace_scoped(rejected_by, event)
+            tenant = (
+                self.tenant_of(namespace)
+                if scoped_event and namespace is not None and tenant_scoped(rejected_by, event)
+                else None
+            )
             for info in self.unschedulable.group(rejected_by):
                 if info.uid == exclude or (scoped and info.pod.namespace != namespace):
+                    continue
+                if tenant is not None and self.tenant_of(info.pod.namespace) != tenant:
                     continue
                 if exclude_gang and _gang(info) == exclude_gang:
                     continue
@@ -394,3 +405,8 @@ class SchedulingQueue:
 def _gang(info: QueuedPodInfo) -> str | None:
     gang = info.pod.gang
     return gang.name if gang is not None else None
+
+
+def _same(namespace: str) -> str:
+    """The default tenant_of: every namespace its own tenant."""
+    return namespace

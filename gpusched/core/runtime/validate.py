@@ -117,6 +117,9 @@ class _StubHandle:
     def tenant_gpu_rows(self, tenant: str) -> NDArray[np.int64]:
         return np.zeros(0, np.int64)
 
+    def is_pending(self, uid: str) -> bool:
+        return False
+
     def allocation_of(self, uid: str) -> Allocation | None:
         return None
 

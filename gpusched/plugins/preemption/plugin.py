@@ -56,11 +56,24 @@ from gpusched.plugins.preemption.table import VictimTable
 NAME = "Preemption"
 GANG_PLUGIN = "GangScheduling"
 HOSTNAME = "kubernetes.io/hostname"
-NOMINATED = "node(s) were nominated to a pod of equal or higher priority that needs the room"
+# The Filter's reasons (a node that cannot hold the pods nominated to it and this pod), in
+# kube-scheduler's words (NodeResourcesFit, GPUFit): _shortage's codes - 1.
+SHORTAGES = (
+    "Insufficient cpu",
+    "Insufficient memory",
+    "Too many pods",
+    f"Insufficient {keys.GPU_RESOURCE}",
+    "Insufficient GPU share (no single card with enough free share and memory)",
+)
 NEVER = "not eligible due to preemptionPolicy=Never."
 TERMINATING = "not eligible due to a terminating pod on the nominated node."
-# PDB or tenant-guarantee conflicts re-evaluated per node before a node is given up.
+# PDB or tenant-guarantee conflicts re-evaluated per node before a node is given up; stale
+# victims re-read before the choice is given up.
 MAX_RETRIES = 8
+# How often the victim table compares every row's pods (between scans only rows whose
+# resources changed are re-read, and the chosen victims are checked before acting): a
+# checkpoint annotation written on a pod elsewhere is seen within this long.
+FULL_SCAN_SECONDS = 10.0
 
 victims_kernel = pick(preemption_victims_nb, preemption_victims_np)
 _log = logging.getLogger(__name__)
@@ -147,6 +160,7 @@ class Preemption:
         self._tasks: set[asyncio.Task[None]] = set()
         self._index: LabelIndex | None = None
         self._static: dict[object, tuple[tuple[int, int, int], Mask]] = {}
+        self._full_scan = -FULL_SCAN_SECONDS
         # What this instance chose to evict: preemptions, victims and their GPU-hours.
         self.preemptions = 0
         self.victims = 0
@@ -177,16 +191,42 @@ class Preemption:
             unresolvable = diagnosis.unresolvable_rows
             if unresolvable is not None:
                 potential &= ~unresolvable[: len(potential)]
+        if pod.request.gpu_milli_total or pod.request.gpu_mem_mib:
+            # Cards published through DRA go to claims only, and a claim's only come from
+            # there (GPUFit): evicting on the other kind of node frees nothing for the pod.
+            dra = snap.node_dra_cards[: len(potential)]
+            potential &= dra if pod.gpu_from_claims else ~dra
         if not potential.any():
             return None, unschedulable("preemption: no node where preemption may help")
-        self.table.refresh(self.handle, self._tenant_id)
+        now = self.handle.now()
+        full = now - self._full_scan >= FULL_SCAN_SECONDS
+        if full:
+            self._full_scan = now
+        self.table.refresh(self.handle, self._tenant_id, full=full)
         members = [pod] if gang is None else gang[1]
-        units = self._units(pod, members)
-        if gang is None:
-            choice = self._single(pod, units, potential & ~self._held_for_others(pod))
-        else:
-            choice = self._gang(pod, gang[0], members, units, potential)
+        choice: Choice | None = None
+        for _ in range(MAX_RETRIES):
+            units = self._units(pod, members)
+            if gang is None:
+                choice = self._single(pod, units, potential & ~self._held_for_others(pod))
+            else:
+                choice = self._gang(pod, gang[0], members, units, potential)
+            if choice is None:
+                break
+            # The table reads only rows whose resources changed; a victim's pod may have
+            # been updated since (a checkpoint, a deletion): re-read its rows and choose
+            # again on what is true now.
+            rows = sorted({self.table.uid_slot[p.uid][0] for unit in choice.units for p in unit})
+            stale = self.table.stale(self.handle, rows)
+            if not stale:
+                break
+            self.table.reread(self.handle, stale, self._tenant_id)
+            choice = None
         if choice is None:
+            if self.nominations.pop(pod.uid, None) is not None:
+                # kube's PostFilter clears the nominatedNodeName of a pod that found no
+                # candidate: its room is not coming, and no one should be kept off for it.
+                self._spawn(self._clear(pod))
             return None, unschedulable(
                 "preemption: no victims found: evicting what the rules allow frees no node"
                 " for the pod"
@@ -198,6 +238,12 @@ class Preemption:
     # -- Filter: the room nominated pods hold ------------------------------------------------
 
     def filter(self, state: CycleState, pod: PodInfo, candidates: Mask) -> FilterResult:
+        """kube-scheduler runs a pod's filters with the pods nominated to the node (of equal
+        or higher priority) added to it, so such a node says "Insufficient <resource>" when
+        it cannot hold both; here the nominated pods are taken from a copy of the node's
+        free capacity (one whose victims are still there takes all its free cards), then
+        the pod, and the first shortage names the reason, in NodeResourcesFit's and
+        GPUFit's words."""
         if not self.nominations:
             return FilterResult(candidates)
         self._purge()
@@ -212,11 +258,26 @@ class Preemption:
         if not by_row:
             return FilterResult(candidates)
         feasible = candidates.copy()
+        codes = np.zeros(len(candidates), np.int8)
         for row, held in by_row.items():
             free = _row_free(self.handle, row)
-            if not all(_place(self.handle, free, 0, row, p.request) for p in (*held, pod)):
+            for p in held:
+                if _place(self.handle, free, 0, row, p.request):
+                    continue
+                # Not room for it yet (its victims are terminating): it holds what it asks
+                # for anyway, and all free cards (which ones it gets is not known yet).
+                req = p.request
+                free.cpu[0] -= req.cpu_milli
+                free.memory[0] -= req.memory_bytes
+                free.pods[0] -= 1
+                if req.gpu_milli_total or req.gpu_mem_mib:
+                    free.milli[0] = np.minimum(free.milli[0], 0)
+                    free.mem[0] = np.minimum(free.mem[0], 0)
+            code = _shortage(self.handle, free, 0, row, pod.request)
+            if code:
                 feasible[row] = False
-        return FilterResult(feasible, (NOMINATED,))
+                codes[row] = code - 1
+        return FilterResult(feasible, SHORTAGES, codes)
 
     # -- Reserve: the preemptor is placed -------------------------------------------------------
 
@@ -233,7 +294,11 @@ class Preemption:
         now = self.handle.now()
         ttl = self.args.nomination_timeout_seconds
         for uid, nom in list(self.nominations.items()):
-            if now - nom.since > ttl or self.handle.allocation_of(uid) is not None:
+            if (
+                now - nom.since > ttl
+                or self.handle.allocation_of(uid) is not None
+                or not self.handle.is_pending(uid)
+            ):
                 del self.nominations[uid]
         for uid in [u for u in self.evicting if self.handle.allocation_of(u) is None]:
             del self.evicting[uid]
@@ -392,8 +457,12 @@ class Preemption:
         request = quota.ZERO
         for m in members:
             request = quota.add(request, quota.usage_of(m.request))
-        reclaim = self.args.reclaim == RECLAIM_ANY and qs.within_min(
-            tenant, quota.add(qs.used(tenant), request), request
+        # A tenant without an ElasticQuota has no guarantee to reclaim with (and its usage,
+        # a walk over the placed pods, is not needed).
+        reclaim = (
+            self.args.reclaim == RECLAIM_ANY
+            and tenant in qs.mins
+            and qs.within_min(tenant, quota.add(qs.used(tenant), request), request)
         )
         same = t.tenant == tid
         other_over = over[np.where(t.tenant >= 0, t.tenant, len(self._tenant_id))]
@@ -495,12 +564,10 @@ class Preemption:
         return int(rows[np.lexsort(keys_)[0]])
 
     def _victim_units(self, u: _Units, out: _Out, row: int) -> list[int]:
-        k = self.table.k
-        units = u.slot_unit[row][out.victim[row]]
+        """The units evicted on `row`, each once, in slot order."""
         seen: dict[int, None] = {}
-        for unit in units.tolist():
+        for unit in u.slot_unit[row][out.victim[row]].tolist():
             seen.setdefault(int(unit), None)
-        del k
         return list(seen)
 
     def _unit_pods(self, u: _Units, unit: int) -> tuple[PodInfo, ...]:
@@ -560,6 +627,9 @@ class Preemption:
             if row < 0:
                 return None
             units = self._victim_units(u, out, row)
+            if not self._other_fits(pod.request, row, units, u):
+                out.feasible[row] = False  # short of an extended resource even then
+                continue
             bad = self._conflicts(pod, u, units)
             if not bad:
                 return Choice(
@@ -575,6 +645,27 @@ class Preemption:
             for name in _Out.__slots__:
                 getattr(out, name)[row] = getattr(again, name)[row]
         return None
+
+    def _other_fits(self, req: PodRequest, row: int, units: Sequence[int], u: _Units) -> bool:
+        """Whether the row has the pod's other resources (extended resources,
+        ephemeral-storage, hugepages) once `units` are gone: the kernel counts cards, cpu,
+        memory and pod slots only."""
+        if not req.other:
+            return True
+        snap = self.handle.snapshot
+        freed: dict[str, int] = {}
+        for unit in units:
+            for p in self._unit_pods(u, unit):
+                if self.table.uid_slot.get(p.uid, (-1, 0))[0] != row:
+                    continue  # a gang member elsewhere frees nothing here
+                for name, amount in p.request.other:
+                    freed[name] = freed.get(name, 0) + amount
+        for name, amount in req.other:
+            col = snap.other_column(name)
+            have = int(snap.node_other_free[row, col]) if col >= 0 else 0
+            if have + freed.get(name, 0) < amount:
+                return False
+        return True
 
     def _gang(
         self,
@@ -760,6 +851,7 @@ class Preemption:
             st = await port.nominate(member, where)
             if not st.is_success():
                 _log.warning("preemption: nominating %s to %s: %s", member.key, where, st.message())
+        failed = False
         for unit in units:
             if not unit:
                 continue
@@ -770,6 +862,7 @@ class Preemption:
                 _log.warning("preemption: evicting %s failed: %s", first.key, st.message())
                 for p in unit:
                     self.evicting.pop(p.uid, None)
+                failed = True
                 continue
             for p in rest:
                 # One member is gone, so the job is lost anyway: the others go too.
@@ -778,6 +871,18 @@ class Preemption:
                     _log.error(
                         "preemption: evicting gang member %s failed: %s", p.key, st.message()
                     )
+        if failed:
+            # The room will not come (a victim stayed): the nominations give it back, so
+            # other pods are not kept off those nodes for nothing; the preemptor's next
+            # attempt preempts again if it still does not fit.
+            for member, _where in placements:
+                self.nominations.pop(member.uid, None)
+                await port.nominate(member, "")
+
+    async def _clear(self, pod: PodInfo) -> None:
+        st = await self.handle.disruption.nominate(pod, "")
+        if not st.is_success():
+            _log.warning("preemption: clearing the nomination of %s: %s", pod.key, st.message())
 
     def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
         """Run the writes in the background (PostFilter never awaits). Without a running
@@ -827,6 +932,27 @@ def _row_free(handle: Handle, row: int) -> _Free:
         snap.node_mem_free[sl].copy(),
         snap.node_pods_free[sl].copy(),
     )
+
+
+def _shortage(handle: Handle, free: _Free, at: int, row: int, req: PodRequest) -> int:
+    """0 when `req` fits row `at` of `free` (untouched), else what is short: 1 cpu, 2
+    memory, 3 pod slots, 4 whole cards, 5 a card share."""
+    if free.cpu[at] < req.cpu_milli:
+        return 1
+    if free.memory[at] < req.memory_bytes:
+        return 2
+    if free.pods[at] < 1:
+        return 3
+    trial = _Free(
+        free.milli[at : at + 1].copy(),
+        free.mem[at : at + 1].copy(),
+        free.cpu[at : at + 1].copy(),
+        free.memory[at : at + 1].copy(),
+        free.pods[at : at + 1].copy(),
+    )
+    if _place(handle, trial, 0, row, req):
+        return 0
+    return 4 if req.gpu_cards else 5
 
 
 def _place(handle: Handle, free: _Free, at: int, row: int, req: PodRequest) -> bool:

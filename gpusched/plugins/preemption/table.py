@@ -37,6 +37,7 @@ class VictimTable:
         self.k = 0
         self.c = 0
         self._rows: list[_Row | None] = []
+        self._versions: list[int] = []
         self._membership = -1
         self.uid_slot: dict[str, tuple[int, int]] = {}
         self.pods: list[list[PodInfo | None]] = []
@@ -60,30 +61,71 @@ class VictimTable:
         self.tenant = np.full((n, k), -1, np.int64)
         self.pods = [[None] * k for _ in range(n)]
         self._rows = [None] * n
+        self._versions = [-1] * n
         self.uid_slot = {}
 
-    def refresh(self, handle: Handle, tenant_id: dict[str, int]) -> None:
-        """Bring every row up to date with the cache (only changed rows are re-read).
+    def refresh(self, handle: Handle, tenant_id: dict[str, int], *, full: bool = True) -> None:
+        """Bring the rows up to date with the cache. `full`: compare every row's pods (an
+        update that changes no resource, a checkpoint annotation or a deletion timestamp,
+        leaves the row's version as it was); else only rows whose version changed are
+        re-read (the plugin checks its chosen victims with `stale` before it acts).
         `tenant_id` interns tenant names (the plugin keeps it across calls)."""
         snap = handle.snapshot
         n, c = len(snap.node_valid), snap.max_cards
         if n != self.n or c != self.c or snap.membership != self._membership:
             self._alloc(n, self.k, c)
             self._membership = snap.membership
-        rows = [(row, snap.names[row] if snap.node_valid[row] else "") for row in range(n)]
-        listed = [
-            (row, name, tuple(handle.pods_on_node(name)) if name else ()) for row, name in rows
-        ]
+            full = True
+        versions = snap.row_version
+        listed = self._list(handle, full)
         widest = max((len(pods) for _, _, pods in listed), default=0)
         if widest > self.k:
             k = self.k
             while k < widest:
                 k *= 2
-            self._alloc(n, k, c)  # every row is re-read below
+            self._alloc(n, k, c)
+            if not full:
+                listed = self._list(handle, True)  # every row moved: read them all
         for row, name, pods in listed:
             old = self._rows[row]
+            self._versions[row] = int(versions[row])
             if old is not None and old.name == name and _same(old.pods, pods):
                 continue
+            self._fill(handle, row, name, pods, tenant_id)
+
+    def _list(self, handle: Handle, full: bool) -> list[tuple[int, str, tuple[PodInfo, ...]]]:
+        snap = handle.snapshot
+        versions = snap.row_version
+        out = []
+        for row in range(len(snap.node_valid)):
+            if not full and self._versions[row] == versions[row]:
+                continue
+            name = snap.names[row] if snap.node_valid[row] else ""
+            out.append((row, name, tuple(handle.pods_on_node(name)) if name else ()))
+        return out
+
+    def stale(self, handle: Handle, rows: list[int]) -> list[int]:
+        """The rows among `rows` whose pods changed since they were read."""
+        snap = handle.snapshot
+        out = []
+        for row in rows:
+            old = self._rows[row]
+            name = snap.names[row] if snap.node_valid[row] else ""
+            pods = tuple(handle.pods_on_node(name)) if name else ()
+            if old is None or old.name != name or not _same(old.pods, pods):
+                out.append(row)
+        return out
+
+    def reread(self, handle: Handle, rows: list[int], tenant_id: dict[str, int]) -> None:
+        """Re-read `rows` (found stale); a row wider than the table re-reads everything."""
+        snap = handle.snapshot
+        for row in rows:
+            name = snap.names[row] if snap.node_valid[row] else ""
+            pods = tuple(handle.pods_on_node(name)) if name else ()
+            if len(pods) > self.k:
+                self._versions = [-1] * self.n
+                self.refresh(handle, tenant_id)
+                return
             self._fill(handle, row, name, pods, tenant_id)
 
     def _fill(

@@ -113,10 +113,10 @@ def _quiet_storage(d: Daemon) -> None:
     they report synced at once and then wait to be cancelled."""
     assert d.volumes is not None
     # Nor the PodGroup watches (the default profile's GangScheduling), where there are any,
-    # nor the DRA ones (DynamicResources).
+    # nor the DRA ones (DynamicResources), nor the ElasticQuota one (always).
     groups = d.pod_groups.reflectors if d.pod_groups is not None else ()
     dra = d.dra.reflectors if d.dra is not None else ()
-    for reflector in (*d.volumes.reflectors, *groups, *dra):
+    for reflector in (*d.volumes.reflectors, *groups, *dra, *d.quotas.reflectors):
         reflector.synced.set()
         reflector.run = _idle  # type: ignore[method-assign]
 
@@ -618,6 +618,7 @@ async def test_healthz_sees_the_watches_and_a_wedged_loop(
         d.namespace_watch,
         *d.volumes.reflectors,
         *d.dra.reflectors,
+        *d.quotas.reflectors,
     ]
     clock.t += 3600
     assert d.liveness.problems() == []  # no loop yet (a standby): only the watches count
@@ -761,6 +762,7 @@ def test_storage_is_watched_only_when_a_profile_has_a_volume_plugin() -> None:
         d.namespace_watch,
         *d.pod_groups.reflectors,
         *d.dra.reflectors,
+        *d.quotas.reflectors,
     ]
 
 

@@ -168,7 +168,7 @@ async def test_a_standby_logs_it_and_writes_the_event_once_it_leads(
         monkeypatch.setattr(reflector, "run", lambda r=reflector: synced(r))
     assert d.volumes is not None
     assert d.dra is not None
-    for reflector in (*d.volumes.reflectors, *d.dra.reflectors):
+    for reflector in (*d.volumes.reflectors, *d.dra.reflectors, *d.quotas.reflectors):
         monkeypatch.setattr(reflector, "run", lambda r=reflector: synced(r))
     running = asyncio.create_task(d.run())
     await asyncio.wait_for(d.leading.wait(), GUARD)

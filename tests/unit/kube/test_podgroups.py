@@ -224,3 +224,18 @@ async def test_an_unserved_api_leaves_the_port_synced_and_running() -> None:
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
+
+
+@pytest.mark.parametrize(
+    ("mode", "want", "problem"),
+    [
+        (None, "", ""),
+        ("Pod", "Pod", ""),
+        ("PodGroup", "PodGroup", ""),
+        ("Whole", "", "spec.disruptionMode='Whole': must be Pod or PodGroup"),
+    ],
+)
+def test_upstream_disruption_mode(mode: str | None, want: str, problem: str) -> None:
+    spec = {**GANG_OF_8, **({"disruptionMode": mode} if mode is not None else {})}
+    g = pod_group_from_k8s(upstream(spec), W)
+    assert (g.disruption_mode, g.problem) == (want, problem)

@@ -157,7 +157,7 @@ def test_shared_gpu_annotations() -> None:
             {"gpusched.io/gpu-mili": "250"},
             "unknown annotation gpusched.io/gpu-mili='250' (did you mean gpusched.io/gpu-milli?)",
         ),
-        ({"gpusched.io/tenant": "a"}, "gpusched.io/tenant is a label, not an annotation"),
+        ({"gpusched.io/tenant": "a"}, "gpusched.io/tenant is a Namespace label"),
     ],
 )
 def test_malformed_annotations_become_errors_naming_key_and_value(
@@ -190,7 +190,8 @@ def test_gang_and_identity() -> None:
     )
     assert p.gang is not None and p.gang.name == "ns/pg1" and p.gang.min_member == 0
     assert p.job_id == "ns/pg1"
-    assert p.tenant == "team-a"
+    # The label does not make a tenant: only the Namespace's does (framework/tenancy.py).
+    assert not hasattr(p, "tenant")
     q = pod_from_k8s(
         pod(
             [c("1")],
@@ -200,7 +201,6 @@ def test_gang_and_identity() -> None:
     )
     assert q.gang is not None and q.gang.min_member == 4
     assert q.job_id == "job-7"
-    assert q.tenant == "ns"
     assert (p.gang.api, q.gang.api) == (GangAPI.COSCHEDULING, GangAPI.ANNOTATIONS)
 
 
@@ -556,3 +556,17 @@ def test_other_resources_follow_pod_requests_with_init_sidecars_and_overhead() -
     }
     assert [n for n, _ in p.request.other] == sorted(n for n, _ in p.request.other)
     assert pod_from_k8s(pod([c("1", "1Gi")])).request.other == ()
+
+
+def test_preemption_policy_and_start_time() -> None:
+    p = pod_from_k8s(pod([c("1")]))
+    assert (p.preemption_policy, p.start_time, p.errors) == ("PreemptLowerPriority", 0.0, ())
+    raw = pod([c("1")], preemptionPolicy="Never")
+    raw["status"] = {"startTime": "1970-01-01T01:00:00Z", "phase": "Running"}
+    p = pod_from_k8s(raw)
+    assert (p.preemption_policy, p.start_time) == ("Never", 3600.0)
+    bad = pod_from_k8s(pod([c("1")], preemptionPolicy="Sometimes"))
+    assert bad.preemption_policy == "PreemptLowerPriority"
+    assert bad.errors == (
+        "spec.preemptionPolicy='Sometimes' must be PreemptLowerPriority or Never",
+    )

@@ -442,3 +442,39 @@ def test_assigned_pod_add_wakes_only_spread_rejections() -> None:
     assert may_help(spread, ClusterEvent.NODE_UPDATE, NodeChange.LABELS)
     assert may_help(spread, ClusterEvent.NODE_ADD)
     assert not may_help(frozenset({"GPUFit"}), ClusterEvent.NODE_DELETE)
+
+
+def test_quota_rejections_wake_on_their_tenants_departures_and_quota_changes(
+    queue: SchedulingQueue, clock: Clock
+) -> None:
+    tenants = {"ml-1": "ml", "ml-2": "ml"}
+    queue.tenant_of = lambda ns: tenants.get(ns, ns)
+    parked_in(queue, "quota-ml", "ml-1", "ElasticQuota")
+    parked_in(queue, "quota-b", "team-b", "ElasticQuota")
+    parked_in(queue, "cpu", "team-b", "NodeResourcesFit")
+    parked_in(queue, "gpu", "team-b", "GPUFit")
+    clock.t += 20
+    # A bind never lifts a quota refusal; a node's labels neither.
+    assert queue.move_all(ClusterEvent.ASSIGNED_POD_ADD, namespace="ml-2") == 0
+    assert queue.move_all(ClusterEvent.NODE_UPDATE, change=NodeChange.LABELS) == 0
+    # A departure in another namespace of the same tenant: its refused pods (and the
+    # capacity rejections anywhere); not the other tenant's.
+    assert queue.move_all(ClusterEvent.ASSIGNED_POD_DELETE, namespace="ml-2") == 3
+    assert queue.where("uid-quota-ml") == ACTIVE and queue.where("uid-cpu") == ACTIVE
+    assert queue.where("uid-quota-b") == UNSCHEDULABLE
+    # Back to the unschedulable set, then an ElasticQuota change: only quota refusals.
+    others = []
+    for _ in range(3):
+        info = queue.pop_nowait()
+        assert info is not None
+        if info.pod.name != "quota-ml":
+            others.append(info.uid)
+        queue.requeue(
+            info,
+            unschedulable=True,
+            rejected_by=(("ElasticQuota",) if info.pod.name == "quota-ml" else ("GPUFit",)),
+        )
+    clock.t += 20  # past their backoff
+    assert queue.move_all(ClusterEvent.QUOTA_CHANGE) == 2
+    assert queue.where("uid-quota-ml") == ACTIVE and queue.where("uid-quota-b") == ACTIVE
+    assert [queue.where(uid) for uid in others] == [UNSCHEDULABLE, UNSCHEDULABLE]
