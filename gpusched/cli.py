@@ -64,6 +64,10 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     try:
         if args.protocol == "fgd":
             return _cmd_simulate_fgd(args)
+        if args.tenants:
+            from gpusched.sim.tenancy_report import tenancy_main
+
+            return tenancy_main(args)
         from gpusched.sim.replay_report import replay_main
 
         return replay_main(args)
@@ -139,11 +143,14 @@ def _cmd_simulate_fgd(args: argparse.Namespace) -> int:
                 profile=own.get(name),
                 owners=args.owners,
                 dra=args.dra,
+                tenants=args.tenants,
             )
             errors += run.errors
             if args.placements_out is not None:
                 fgd_report.write_placements(args.placements_out, run)
             spread = f"  max replicas/node {run.max_per_node:.3f}" if args.owners != "none" else ""
+            if args.tenants:
+                spread += f"  tenant concentration {run.concentration:.3f}"
             console.print(
                 f"  {name:<14} seed {s}: unallocated at 100% {100 - run.curve()[100]:5.2f}%"
                 f"  {run.seconds:5.2f} s  {run.us_per_pod:4.0f} µs/pod{spread}"
@@ -397,6 +404,15 @@ def build_parser() -> argparse.ArgumentParser:
         " ResourceClaims (gpusched/sim/trace_dra.py); cards' memory uniform (default: a"
         " share's memory request is exact on every card) or the model's (faithful memory,"
         " shares then relative to a 16 GiB card)",
+    )
+    fgd.add_argument(
+        "--tenants",
+        type=_NON_NEGATIVE_INT,
+        default=0,
+        help="fgd and replay: put the trace's pods in N tenants' namespaces, in seeded bursts"
+        " (gpusched/sim/tenants.py), and report how each tenant's GPUs spread over nodes;"
+        " replay: with quotas, priorities and checkpoints (docs/tenancy-simulation.md)."
+        " Default 0: the trace as it is",
     )
     fgd.add_argument(
         "--reference-dir", help="published results (default: <trace-dir>/../../reference)"

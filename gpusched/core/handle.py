@@ -120,19 +120,41 @@ class SchedulerHandle:
         # grouped by tenant once per change of the namespace set or of the tenancy
         # (generation), so this reads only the tenant's own namespaces. A relabelled
         # Namespace moves its usage at once.
-        stamp = (self.cache.namespace_version, self._tenancy.generation)
         usage = self.cache.namespace_usage()
-        if stamp != self._groups_stamp:
-            groups: dict[str, list[str]] = {}
-            tenant_of = self._tenancy.tenant_of
-            for namespace in usage:
-                groups.setdefault(tenant_of(namespace), []).append(namespace)
-            self._groups, self._groups_stamp = groups, stamp
         total: quota.Usage | None = None
-        for namespace in self._groups.get(tenant, ()):
+        for namespace in self._tenant_groups().get(tenant, ()):
             u = usage[namespace]
             total = u if total is None else quota.add(total, u)
         return quota.ZERO if total is None else total
+
+    def _tenant_groups(self) -> Mapping[str, list[str]]:
+        """Tenant -> its namespaces holding placed pods, regrouped only when the cache's
+        namespace set or the tenancy changes."""
+        stamp = (self.cache.namespace_version, self._tenancy.generation)
+        if stamp != self._groups_stamp:
+            groups: dict[str, list[str]] = {}
+            tenant_of = self._tenancy.tenant_of
+            for namespace in self.cache.namespace_usage():
+                groups.setdefault(tenant_of(namespace), []).append(namespace)
+            self._groups, self._groups_stamp = groups, stamp
+        return self._groups
+
+    def tenant_usages(self) -> Mapping[str, quota.Usage]:
+        usage = self.cache.namespace_usage()
+        out: dict[str, quota.Usage] = {}
+        for tenant, namespaces in self._tenant_groups().items():
+            total = usage[namespaces[0]]
+            for namespace in namespaces[1:]:
+                total = quota.add(total, usage[namespace])
+            out[tenant] = total
+        return out
+
+    def tenant_gpu_rows(self, tenant: str) -> NDArray[np.int64]:
+        out = np.zeros(len(self.cache.snapshot.node_valid), np.int64)
+        for namespace in self._tenant_groups().get(tenant, ()):
+            for row, milli in self.cache.namespace_gpu_rows(namespace).items():
+                out[row] += milli
+        return out
 
     def is_pending(self, uid: str) -> bool:
         return self.pending(uid)

@@ -242,6 +242,7 @@ class Daemon:
             max_unschedulable=config.pod_max_in_unschedulable_pods_duration_seconds,
             pre_enqueue=pre_enqueue_of(self.frameworks),
             on_gated=self._on_gated,
+            fair=first.fair,
         )
         self.queue.tenant_of = self.quotas.tenant_of
         queue = self.queue

@@ -12,7 +12,7 @@ and PostBind are coroutines that run in the binding cycle.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import ClassVar, Protocol, runtime_checkable
 
@@ -238,6 +238,16 @@ class Handle(Protocol):
         (model/quota.py)."""
         ...
 
+    def tenant_usages(self) -> Mapping[str, Usage]:
+        """Every tenant with placed pods -> what they use (as tenant_usage), in one pass
+        over the namespaces (the fair queue reads all tenants at each pop)."""
+        ...
+
+    def tenant_gpu_rows(self, tenant: str) -> NDArray[np.int64]:
+        """Per snapshot row, the milli-GPUs the tenant's placed pods (bound or assumed) hold
+        on that row's node; 0 elsewhere (TenantLoad's load)."""
+        ...
+
     def is_pending(self, uid: str) -> bool:
         """Whether the pod waits in this scheduler's queue (any sub-queue, gated, or in its
         attempt now): False once it is deleted, bound, or placed. Preemption drops the
@@ -279,6 +289,24 @@ class QueueSortPlugin(Plugin, Protocol):
     def less(self, a: PodInfo, b: PodInfo) -> bool:
         """Whether `a` is popped before `b`: a strict weak order (exactly one per
         configuration; every profile must use the same one, since one queue orders all)."""
+        ...
+
+
+@runtime_checkable
+class TenantFairSort(Protocol):
+    """Optional for the QueueSort plugin: a queue order fair across tenants. The queue keeps
+    one `less`-ordered heap per tenant and, at each pop, takes among the tenants' heads the
+    highest priority, then the tenant with the lowest share now, then `less` (shares change
+    as pods are placed, so they are read at pop time, never stored in a heap key)."""
+
+    def tenant_of(self, pod: PodInfo) -> str:
+        """The pod's tenant (Handle.tenancy, from its namespace); one value for every pod
+        turns fairness off."""
+        ...
+
+    def shares(self, tenants: Collection[str]) -> Mapping[str, float]:
+        """Each tenant's current share (lower pops first): called once per pop with the
+        tenants whose heads tie on priority, so it must cost O(tenants), not O(pods)."""
         ...
 
 

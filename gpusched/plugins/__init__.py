@@ -29,6 +29,7 @@ from gpusched.plugins.priority_sort import PrioritySort
 from gpusched.plugins.random_score import RandomScore
 from gpusched.plugins.scheduling_gates import SchedulingGates
 from gpusched.plugins.taint_toleration import TaintToleration
+from gpusched.plugins.tenant_load import TenantLoad
 from gpusched.plugins.thermal import Thermal
 from gpusched.plugins.volume_binding import VolumeBinding
 from gpusched.plugins.volume_restrictions import VolumeRestrictions
@@ -59,6 +60,7 @@ BUILTIN = (
     GPUFragmentation,
     Thermal,
     NetworkLocality,
+    TenantLoad,
     DefaultBinder,
     Preemption,
     # The FGD paper's policies (docs/fgd-protocol.md), for the FGD protocol's comparisons.

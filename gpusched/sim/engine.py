@@ -219,7 +219,10 @@ class Simulation:
             waiting=self.handle.waiting,
         )
         self.queue = SchedulingQueue(
-            self.fw.less, self.clock, pre_enqueue=pre_enqueue_of({self.name: self.fw})
+            self.fw.less,
+            self.clock,
+            pre_enqueue=pre_enqueue_of({self.name: self.fw}),
+            fair=self.fw.fair,
         )
         self.queue.tenant_of = tenancy.tenant_of
         queue = self.queue

@@ -20,6 +20,7 @@ order (``paper``) and kube-scheduler's uniform choice (``random``).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -39,6 +40,7 @@ from gpusched.sim.engine import Simulation
 from gpusched.sim.fgd_owners import OWNERS, max_replicas_per_node, replicaset_owners
 from gpusched.sim.fgd_workload import FgdWorkload, build_workload, typical_pods
 from gpusched.sim.openb import DEFAULT_NODE_FILE, TraceNode, TracePod, load_nodes, load_pods
+from gpusched.sim.tenants import burst_tenants, concentration
 from gpusched.sim.trace_cluster import cluster_nodes, workload_pods
 from gpusched.sim.trace_dra import (
     MemoryShape,
@@ -180,6 +182,8 @@ class SeedRun:
     # --owners replicasets: mean over ReplicaSets of the most replicas on one node
     # (fgd_owners.max_replicas_per_node); NaN without owners.
     max_per_node: float = math.nan
+    # tenants > 0: how each tenant's GPUs are spread at the end (sim/tenants.py `concentration`).
+    concentration: float = math.nan
 
     @property
     def us_per_pod(self) -> float:
@@ -223,12 +227,15 @@ def run_seed(
     profile: Profile | None = None,
     owners: str = "none",
     dra: MemoryShape | None = None,
+    tenants: int = 0,
 ) -> SeedRun:
     """One policy on one seed's arrival sequence. `profile`, when given, is a user's
     profile (from a configuration file) measured under the name `policy`. `owners` is
     "none" (the protocol: pods without owner) or "replicasets" (fgd_owners). `dra`, when
     given, runs the DRA mode (trace_dra.py): nodes publish ResourceSlices (cards' memory
-    of that shape) and GPU pods ask through ResourceClaims."""
+    of that shape) and GPU pods ask through ResourceClaims. `tenants` > 0 puts the pods in
+    that many tenants' namespaces, in seeded bursts (sim/tenants.py), and measures how
+    each tenant's GPUs end up spread over the nodes."""
     if owners not in OWNERS:
         raise ValueError(f"owners must be one of {', '.join(OWNERS)}, got {owners!r}")
     wl = workload or build_workload(trace.pods, trace.nodes, seed, ratio)
@@ -247,6 +254,12 @@ def run_seed(
         raise ValueError(f"tie_break must be one of {', '.join(TIE_BREAKS)}, got {tie_break!r}")
     rs = replicaset_owners(wl.pods, seed) if owners == "replicasets" else None
     pods = workload_pods(wl.pods, profile.scheduler_name, rs)
+    if tenants > 0:
+        pods = [
+            dataclasses.replace(p, namespace=t)
+            for p, t in zip(pods, burst_tenants(len(pods), tenants, seed), strict=True)
+        ]
+    held: list[tuple[str, str, int]] = []
     nodes: list[str] = []
     capacity = sim.snapshot.gpu_milli_capacity()
     n = len(pods)
@@ -276,6 +289,7 @@ def run_seed(
                 cards, milli = placed_cards(fleet, claim)
             u += sum(milli)
             nodes.append(d.node)
+            held.append((pod.namespace, d.node, sum(milli)))
             if keep_placements:
                 placements.append(Placement(i, pod.name, d.node, cards, milli))
         else:
@@ -305,6 +319,7 @@ def run_seed(
         dropped=dropped,
         errors=errors,
         max_per_node=max_replicas_per_node(rs, nodes) if rs is not None else math.nan,
+        concentration=concentration(held) if tenants > 0 else math.nan,
     )
 
 

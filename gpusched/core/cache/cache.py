@@ -193,6 +193,9 @@ class ClusterCache:
         # Told the namespace whose usage changed (the daemon republishes its tenant's
         # ElasticQuota status.used).
         self.usage_changed: Callable[[str], None] = _ignore_namespace
+        # Namespace -> row -> milli-GPUs its pods hold there (TenantLoad's per-node load),
+        # kept wherever a row is charged or given back (so only pods on a known row).
+        self._ns_gpu_rows: dict[str, Counter[int]] = {}
         self.stats = CacheStats()
         # Card shares held by allocated DRA devices (core/dra_ledger.py), by key (a claim's
         # uid): (node, cards, milli, MiB), and the row each is charged on while its node is
@@ -227,6 +230,7 @@ class ClusterCache:
             entry = self.pods[uid]
             if entry.alloc is not None:
                 self._job_add(entry.pod, entry.alloc.row, -1)
+                self._gpu_rows_add(entry.pod, entry.alloc.row, -1)
                 entry.alloc = None
         for key in [k for k, r in self._device_rows.items() if r == row]:
             del self._device_rows[key]  # the row goes; the charge waits for the node
@@ -423,6 +427,22 @@ class ClusterCache:
         only namespaces with such pods."""
         return self._ns_usage
 
+    def namespace_gpu_rows(self, namespace: str) -> Mapping[int, int]:
+        """Row -> milli-GPUs the namespace's pods charged on that row hold (rows where
+        any)."""
+        return self._ns_gpu_rows.get(namespace, {})
+
+    def _gpu_rows_add(self, pod: PodInfo, row: int, delta: int) -> None:
+        gpu = quota.usage_of(pod.request)[0]
+        if not gpu:
+            return
+        rows = self._ns_gpu_rows.setdefault(pod.namespace, Counter())
+        rows[row] += delta * gpu
+        if rows[row] <= 0:
+            del rows[row]
+            if not rows:
+                del self._ns_gpu_rows[pod.namespace]
+
     def _usage_set(self, pod: PodInfo) -> None:
         """Charge `pod` to its namespace, replacing what it was charged before."""
         usage = quota.usage_of(pod.request)
@@ -494,6 +514,7 @@ class ClusterCache:
             )
         entry.alloc = alloc
         self._job_add(entry.pod, alloc.row, 1)
+        self._gpu_rows_add(entry.pod, alloc.row, 1)
 
     def _drop(self, uid: str) -> None:
         entry = self.pods.pop(uid)
@@ -519,6 +540,7 @@ class ClusterCache:
                 a.row, req.cpu_milli, req.memory_bytes, a.cards, a.milli, a.mem_mib, -1, req.other
             )
             self._job_add(entry.pod, a.row, -1)
+            self._gpu_rows_add(entry.pod, a.row, -1)
 
     def _ports_add(self, pod: PodInfo, node: str, delta: int) -> None:
         if not pod.host_ports:

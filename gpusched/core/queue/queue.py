@@ -41,6 +41,7 @@ from gpusched.core.queue.hints import (
 )
 from gpusched.core.queue.info import QueuedPodInfo
 from gpusched.core.queue.unschedulable import UnschedulablePods
+from gpusched.framework.interfaces import TenantFairSort
 from gpusched.framework.status import Status
 from gpusched.model.pod import PodInfo
 
@@ -68,9 +69,11 @@ class SchedulingQueue:
         max_unschedulable: float = 300.0,
         pre_enqueue: PreEnqueue | None = None,
         on_gated: Callable[[PodInfo, Status], None] | None = None,
+        fair: TenantFairSort | None = None,
     ) -> None:
         """`pre_enqueue`: None when no profile has a PreEnqueue plugin (nothing is gated).
-        `on_gated(pod, status)`: told once each time a pod enters the gated set."""
+        `on_gated(pod, status)`: told once each time a pod enters the gated set.
+        `fair`: the QueueSort plugin when it orders tenants fairly (active.py)."""
         self.clock = clock
         self.pre_enqueue = pre_enqueue
         self.on_gated = on_gated
@@ -78,7 +81,7 @@ class SchedulingQueue:
         self.initial_backoff = initial_backoff
         self.max_backoff = max_backoff
         self.max_unschedulable = max_unschedulable
-        self.active = ActiveQueue(less)
+        self.active = ActiveQueue(less, fair)
         self.backoff = BackoffQueue()
         self.unschedulable = UnschedulablePods()
         self.inflight: dict[str, QueuedPodInfo] = {}

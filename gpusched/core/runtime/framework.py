@@ -42,6 +42,7 @@ from gpusched.framework.interfaces import (
     Rows,
     ScorePlugin,
     Scores,
+    TenantFairSort,
     WarmStartPlugin,
 )
 from gpusched.framework.points import PROTOCOLS, Point
@@ -178,6 +179,8 @@ class Framework:
                 f"exactly one QueueSort plugin must be enabled, got {len(qs)}",
             )
         self.queue_sort: QueueSortPlugin = qs[0]
+        # The queue's tenant fairness, when the QueueSort plugin offers it (core/queue/active).
+        self.fair: TenantFairSort | None = qs[0] if isinstance(qs[0], TenantFairSort) else None
         self.pre_enqueue: list[PreEnqueuePlugin] = at(Point.PRE_ENQUEUE)
         self.pre_filter: list[PreFilterPlugin] = at(Point.PRE_FILTER)
         # PreFilter plugins that re-shape the pod for the cycle (PodExpander).

@@ -114,6 +114,12 @@ class _StubHandle:
     def tenant_usage(self, tenant: str) -> quota.Usage:
         return quota.ZERO
 
+    def tenant_usages(self) -> Mapping[str, quota.Usage]:
+        return {}
+
+    def tenant_gpu_rows(self, tenant: str) -> NDArray[np.int64]:
+        return np.zeros(0, np.int64)
+
     def is_pending(self, uid: str) -> bool:
         return False
 

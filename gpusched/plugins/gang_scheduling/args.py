@@ -15,6 +15,9 @@ class GangSchedulingArgs:
     # from then on no other pod is placed on the nodes it reserved, so a stream of small
     # pods cannot keep it out forever. Only the longest-starved gang reserves at a time.
     starvation_seconds: float = 120.0
+    # Equal-priority gangs of different tenants leave the queue by the tenants' dominant
+    # resource shares (plugins/helper/fair.py); false: blind to tenants.
+    tenant_fairness: bool = True
 
     def validate(self) -> list[tuple[str, str]]:
         errors: list[tuple[str, str]] = []

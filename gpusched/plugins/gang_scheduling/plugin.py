@@ -3,7 +3,8 @@
 One implementation behind the three gang APIs (model/pod.py `GangAPI`); the minimum and
 the policy come from the PodGroup object (Handle.gangs) or from the pods' annotations.
 
-    QueueSort   priority, then the gang's age, then the gang: a gang's pods pop together
+    QueueSort   priority, then the gang's age, then the gang: a gang's pods pop together;
+                across tenants, the lowest dominant share first (TenantFairSort)
     PreEnqueue  hold a member until minMember pods of its gang exist (and its PodGroup does)
     PreFilter   no plan yet: can the free capacity, card by card, hold the members still
                 needed, inside one allowed topology domain? No -> refused before any member
@@ -27,7 +28,7 @@ placed there, so as their pods finish the gang fits. At most one gang reserves a
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -51,6 +52,7 @@ from gpusched.model.pod import GangAPI, PodInfo, PodRequest
 from gpusched.plugins.gang_scheduling import placement
 from gpusched.plugins.gang_scheduling.args import GangSchedulingArgs
 from gpusched.plugins.helper.args import checked_args
+from gpusched.plugins.helper.fair import TenantShares
 from gpusched.plugins.helper.label_index import LabelIndex, synced_index
 from gpusched.plugins.helper.node_selector import freeze, parse_required
 from gpusched.plugins.helper.tolerations import parse_tolerations, tolerated
@@ -130,6 +132,7 @@ class GangScheduling:
     def __init__(self, args: GangSchedulingArgs | None, handle: Handle) -> None:
         self.args = checked_args(args, GangSchedulingArgs)
         self.handle = handle
+        self._shares = TenantShares(handle)
         self.plans: dict[str, Plan] = {}
         # gang -> when it was first refused for capacity (its starvation clock)
         self.refused_since: dict[str, float] = {}
@@ -208,6 +211,16 @@ class GangScheduling:
         if a.created != b.created:
             return a.created < b.created
         return (a.namespace, a.name) < (b.namespace, b.name)
+
+    def tenant_of(self, pod: PodInfo) -> str:
+        """TenantFairSort: the queue keeps a heap per tenant and serves the tenant with the
+        lowest dominant share first among equal priorities (core/queue/active.py)."""
+        if not self.args.tenant_fairness:
+            return ""
+        return self.handle.tenancy.tenant_of(pod.namespace)
+
+    def shares(self, tenants: Collection[str]) -> Mapping[str, float]:
+        return self._shares(tenants)
 
     def _queue_key(self, pod: PodInfo) -> tuple[float, str]:
         g = pod.gang

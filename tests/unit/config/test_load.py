@@ -63,6 +63,7 @@ def test_minimal_document_is_the_default_profile(registry: Registry) -> None:
         PluginRef("NetworkLocality", 0.25),
         PluginRef("InterPodAffinity", 2),
         PluginRef("PodTopologySpread", 2),
+        PluginRef("TenantLoad", 0.1),
     )
     # Every plugin with an Args type gets its defaults filled in at load time.
     assert p.plugin_args == {
