@@ -205,7 +205,11 @@ class Preemption:
         self.table.refresh(self.handle, self._tenant_id, full=full)
         members = [pod] if gang is None else gang[1]
         choice: Choice | None = None
-        for _ in range(MAX_RETRIES):
+        # Most refused pods have nobody to evict (nothing placed below their priority, no
+        # guarantee to reclaim with): say so before building the victim units (~1 ms at
+        # 1,200 nodes, on every refused pod of a one-priority cluster).
+        retries = MAX_RETRIES if self._may_have_victims(pod) else 0
+        for _ in range(retries):
             units = self._units(pod, members)
             if gang is None:
                 choice = self._single(pod, units, potential & ~self._held_for_others(pod))
@@ -371,6 +375,18 @@ class Preemption:
         pending = [p for p, node in members if not node and p.uid != pod.uid]
         pending.sort(key=lambda p: _size(p.request), reverse=True)
         return pol, [pod, *pending[: need - 1]]
+
+    def _may_have_victims(self, pod: PodInfo) -> bool:
+        """False when no placed pod can be a victim whatever the other rules say: none has
+        a lower priority, and (LeastLostWork) the pod's tenant has no guarantee to
+        reclaim with."""
+        t = self.table
+        if bool(np.any(t.valid & ~t.deleting & (t.prio < pod.priority))):
+            return True
+        if self.args.strategy == KUBE_DEFAULT or self.args.reclaim != RECLAIM_ANY:
+            return False
+        tenant = self.handle.tenancy.tenant_of(pod.namespace)
+        return self.handle.tenancy.quota(tenant) is not None
 
     def _units(self, pod: PodInfo, members: Sequence[PodInfo]) -> _Units:
         t = self.table
