@@ -53,12 +53,9 @@ from gpusched.plugins.gang_scheduling import placement
 from gpusched.plugins.gang_scheduling.args import GangSchedulingArgs
 from gpusched.plugins.helper.args import checked_args
 from gpusched.plugins.helper.fair import TenantShares
-from gpusched.plugins.helper.label_index import LabelIndex, synced_index
-from gpusched.plugins.helper.node_selector import freeze, parse_required
-from gpusched.plugins.helper.tolerations import parse_tolerations, tolerated
+from gpusched.plugins.helper.node_rows import StaticRows, TierDomains
 
 NAME = "GangScheduling"
-HOSTNAME = "kubernetes.io/hostname"
 RESERVED = "node(s) were reserved for a gang waiting longer"
 OUTSIDE = "node(s) were outside the racks chosen for the pod's gang"
 
@@ -151,9 +148,8 @@ class GangScheduling:
         # gang -> (failed attempts to assemble in a row, until when, why it failed): for
         # that long its members do not pull their siblings into activeQ (see PreFilter).
         self._failed: dict[str, tuple[int, float, str]] = {}
-        self._index: LabelIndex | None = None
-        # (nodeSelector, node affinity, tolerations) -> (snapshot stamp, rows the pod may use)
-        self._eligible_rows: dict[object, tuple[tuple[int, int, int], Mask]] = {}
+        self._domains = TierDomains()
+        self._static = StaticRows()
 
     # -- the gang's policy -------------------------------------------------------------------
 
@@ -452,32 +448,7 @@ class GangScheduling:
     def _static_rows(self, pod: PodInfo) -> Mask:
         """The label and taint part of `_eligible`, cached per pod shape until a node
         joins or leaves or a label or taint set changes (the snapshot's stamps)."""
-        snap = self.handle.snapshot
-        n = len(snap.node_valid)
-        affinity = pod.affinity.get("nodeAffinity") or {}
-        sig = (freeze(pod.node_selector), freeze(affinity), parse_tolerations(pod.tolerations))
-        stamp = (snap.membership, snap.generation, n)
-        cached = self._eligible_rows.get(sig)
-        if cached is not None and cached[0] == stamp:
-            return cached[1]
-        ok = np.ones(n, np.bool_)
-        errors: list[str] = []
-        required = parse_required(pod.node_selector, affinity, "spec.affinity.nodeAffinity", errors)
-        if not errors:  # else NodeAffinity refuses the pod, naming the field
-            tolerations = sig[2]
-            for row in snap.valid_rows().tolist():
-                node = snap.nodes[row]
-                if node is None:
-                    continue
-                if (required is not None and not required.matches(node.labels, node.name)) or any(
-                    t.effect in ("NoSchedule", "NoExecute") and not tolerated(tolerations, t)
-                    for t in node.taints
-                ):
-                    ok[row] = False
-        if len(self._eligible_rows) >= 256:
-            self._eligible_rows.clear()
-        self._eligible_rows[sig] = (stamp, ok)
-        return ok
+        return self._static.rows(self.handle.snapshot, pod, malformed=True)
 
     def _refused(self, pol: Policy, pod: PodInfo) -> None:
         now = self.handle.now()
@@ -659,20 +630,7 @@ class GangScheduling:
 
     def _domain(self, tier: str) -> NDArray[np.int64] | Status | None:
         """Per row, the required topology domain's id (-1: the node is in none)."""
-        if not tier:
-            return None
-        snap = self.handle.snapshot
-        if tier == "rack":
-            return snap.node_rack.astype(np.int64)
-        if tier == "spine":
-            return snap.node_spine.astype(np.int64)
-        if tier == HOSTNAME:
-            return np.arange(len(snap.node_valid), dtype=np.int64)
-        # Any other label key: the label index PodTopologySpread and InterPodAffinity read
-        # domains from (the key declared watched first, so label sets carry it).
-        snap.watch_labels((tier,))
-        index = self._index = synced_index(self._index, snap)
-        return index.rows(tier)[0].astype(np.int64)
+        return self._domains.of(self.handle.snapshot, tier)
 
     def _plan(self, cyc: _Cycle, counts: NDArray[np.int64], choice: placement.Choice) -> Plan:
         snap = self.handle.snapshot

@@ -42,10 +42,8 @@ from gpusched.model import keys, quota
 from gpusched.model.pod import GangAPI, NVLink, PodInfo, PodRequest
 from gpusched.model.share import share_on_card
 from gpusched.plugins.helper.args import checked_args
-from gpusched.plugins.helper.label_index import LabelIndex, synced_index
-from gpusched.plugins.helper.node_selector import freeze, parse_required
+from gpusched.plugins.helper.node_rows import StaticRows, TierDomains
 from gpusched.plugins.helper.quota import QuotaState
-from gpusched.plugins.helper.tolerations import parse_tolerations, tolerated
 from gpusched.plugins.preemption.args import (
     KUBE_DEFAULT,
     RECLAIM_ANY,
@@ -55,7 +53,6 @@ from gpusched.plugins.preemption.table import VictimTable
 
 NAME = "Preemption"
 GANG_PLUGIN = "GangScheduling"
-HOSTNAME = "kubernetes.io/hostname"
 # The Filter's reasons (a node that cannot hold the pods nominated to it and this pod), in
 # kube-scheduler's words (NodeResourcesFit, GPUFit): _shortage's codes - 1.
 SHORTAGES = (
@@ -158,8 +155,8 @@ class Preemption:
         # victim uid -> node: evictions asked for and not yet seen gone
         self.evicting: dict[str, str] = {}
         self._tasks: set[asyncio.Task[None]] = set()
-        self._index: LabelIndex | None = None
-        self._static: dict[object, tuple[tuple[int, int, int], Mask]] = {}
+        self._domains = TierDomains()
+        self._static = StaticRows()
         self._full_scan = -FULL_SCAN_SECONDS
         # What this instance chose to evict: preemptions, victims and their GPU-hours.
         self.preemptions = 0
@@ -787,51 +784,14 @@ class Preemption:
         return Choice(placements, [self._unit_pods(base, unit) for unit in chosen], cost)
 
     def _domain(self, tier: str) -> NDArray[np.int64] | None:
-        if not tier:
-            return None
-        snap = self.handle.snapshot
-        if tier == "rack":
-            return snap.node_rack.astype(np.int64)
-        if tier == "spine":
-            return snap.node_spine.astype(np.int64)
-        if tier == HOSTNAME:
-            return np.arange(len(snap.node_valid), dtype=np.int64)
-        snap.watch_labels((tier,))
-        index = self._index = synced_index(self._index, snap)
-        return index.rows(tier)[0].astype(np.int64)
+        return self._domains.of(self.handle.snapshot, tier)
 
     def _static_rows(self, pod: PodInfo) -> Mask:
         """Rows whose node the pod may use whatever runs there (nodeSelector, required node
         affinity, NoSchedule/NoExecute taints): the gang preemptor's other filters did not
         run (its gang was refused at PreFilter), and evicting where it may not go is loss
         for nothing."""
-        snap = self.handle.snapshot
-        n = len(snap.node_valid)
-        affinity = pod.affinity.get("nodeAffinity") or {}
-        sig = (freeze(pod.node_selector), freeze(affinity), parse_tolerations(pod.tolerations))
-        stamp = (snap.membership, snap.generation, n)
-        cached = self._static.get(sig)
-        if cached is not None and cached[0] == stamp:
-            return cached[1]
-        ok = np.ones(n, np.bool_)
-        errors: list[str] = []
-        required = parse_required(pod.node_selector, affinity, "spec.affinity.nodeAffinity", errors)
-        if errors:
-            ok[:] = False
-        else:
-            for row in snap.valid_rows().tolist():
-                node = snap.nodes[row]
-                if node is None:
-                    continue
-                if (required is not None and not required.matches(node.labels, node.name)) or any(
-                    t.effect in ("NoSchedule", "NoExecute") and not tolerated(sig[2], t)
-                    for t in node.taints
-                ):
-                    ok[row] = False
-        if len(self._static) >= 256:
-            self._static.clear()
-        self._static[sig] = (stamp, ok)
-        return ok
+        return self._static.rows(self.handle.snapshot, pod, malformed=False)
 
     # -- acting --------------------------------------------------------------------------------
 
