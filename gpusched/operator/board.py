@@ -12,11 +12,14 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 from gpusched.model.pod import GangAPI
 
 Index = tuple[GangAPI, str]  # (api, "namespace/name")
 Subscriber = Callable[[frozenset[Index]], None]
+K = TypeVar("K")
+R = TypeVar("R")
 
 # Why a member could not be placed: the reasons kube-scheduler gives a PodGroupScheduled
 # condition (and a pod's PodScheduled condition).
@@ -44,13 +47,18 @@ class GangReport:
         return self.pending + self.placed + self.running + self.succeeded + self.failed
 
 
-class GangBoard:
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._reports: dict[Index, GangReport] = {}
-        self._subscribers: list[Subscriber] = []
+class Board(Generic[K, R]):
+    """Reports by key, published by the daemon's loop and read by the operator's thread: a
+    lock guards the map; subscribers are called after each publish that changed something,
+    outside the lock, with the keys whose report changed."""
 
-    def subscribe(self, fn: Subscriber) -> Callable[[], None]:
+    def __init__(self, key_of: Callable[[R], K]) -> None:
+        self._key_of = key_of
+        self._lock = threading.Lock()
+        self._reports: dict[K, R] = {}
+        self._subscribers: list[Callable[[frozenset[K]], None]] = []
+
+    def subscribe(self, fn: Callable[[frozenset[K]], None]) -> Callable[[], None]:
         """Call `fn(changed keys)` after each publish that changed something; returns the
         unsubscribe function. `fn` runs on the publisher's thread: it must only hand off."""
         with self._lock:
@@ -63,26 +71,38 @@ class GangBoard:
 
         return unsubscribe
 
-    def publish(self, reports: Iterable[GangReport], removed: Iterable[Index] = ()) -> None:
-        changed: set[Index] = set()
+    def publish(self, reports: Iterable[R], removed: Iterable[K] = ()) -> None:
+        changed: set[K] = set()
         with self._lock:
             for report in reports:
-                index = (report.api, report.key)
-                if self._reports.get(index) != report:
-                    self._reports[index] = report
-                    changed.add(index)
-            for index in removed:
-                if self._reports.pop(index, None) is not None:
-                    changed.add(index)
+                key = self._key_of(report)
+                if self._reports.get(key) != report:
+                    self._reports[key] = report
+                    changed.add(key)
+            for key in removed:
+                if self._reports.pop(key, None) is not None:
+                    changed.add(key)
             subscribers = list(self._subscribers) if changed else []
         keys = frozenset(changed)
         for fn in subscribers:
             fn(keys)
 
-    def get(self, api: GangAPI, key: str) -> GangReport | None:
+    def report(self, key: K) -> R | None:
         with self._lock:
-            return self._reports.get((api, key))
+            return self._reports.get(key)
 
-    def snapshot(self) -> dict[Index, GangReport]:
+    def snapshot(self) -> dict[K, R]:
         with self._lock:
             return dict(self._reports)
+
+    def keys(self) -> frozenset[K]:
+        with self._lock:
+            return frozenset(self._reports)
+
+
+class GangBoard(Board[Index, GangReport]):
+    def __init__(self) -> None:
+        super().__init__(lambda r: (r.api, r.key))
+
+    def get(self, api: GangAPI, key: str) -> GangReport | None:
+        return self.report((api, key))

@@ -9,11 +9,10 @@ outside the lock, with the keys whose report changed, so nothing polls.
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-QuotaSubscriber = Callable[[frozenset[str]], None]
+from gpusched.operator.board import Board
 
 # Warning Events on an ElasticQuota (reason, message pairs of QuotaReport.warnings).
 MINIMUMS_EXCEED_CLUSTER = "MinimumsExceedCluster"
@@ -31,44 +30,9 @@ class QuotaReport:
     warnings: tuple[tuple[str, str], ...] = ()
 
 
-class QuotaBoard:
+class QuotaBoard(Board[str, QuotaReport]):
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._reports: dict[str, QuotaReport] = {}
-        self._subscribers: list[QuotaSubscriber] = []
-
-    def subscribe(self, fn: QuotaSubscriber) -> Callable[[], None]:
-        """Call `fn(changed keys)` after each publish that changed something; returns the
-        unsubscribe function. `fn` runs on the publisher's thread: it must only hand off."""
-        with self._lock:
-            self._subscribers.append(fn)
-
-        def unsubscribe() -> None:
-            with self._lock:
-                if fn in self._subscribers:
-                    self._subscribers.remove(fn)
-
-        return unsubscribe
-
-    def publish(self, reports: Iterable[QuotaReport], removed: Iterable[str] = ()) -> None:
-        changed: set[str] = set()
-        with self._lock:
-            for report in reports:
-                if self._reports.get(report.key) != report:
-                    self._reports[report.key] = report
-                    changed.add(report.key)
-            for key in removed:
-                if self._reports.pop(key, None) is not None:
-                    changed.add(key)
-            subscribers = list(self._subscribers) if changed else []
-        keys = frozenset(changed)
-        for fn in subscribers:
-            fn(keys)
+        super().__init__(lambda r: r.key)
 
     def get(self, key: str) -> QuotaReport | None:
-        with self._lock:
-            return self._reports.get(key)
-
-    def keys(self) -> frozenset[str]:
-        with self._lock:
-            return frozenset(self._reports)
+        return self.report(key)
