@@ -281,6 +281,24 @@ def decisions(stream: io.StringIO, namespace: str, prefix: str = "") -> list[dic
     return out
 
 
+def _report(daemon: Daemon, api: GangAPI, key: str) -> GangReport | None:
+    return daemon.gang_board.get(api, key) if daemon.gang_board is not None else None
+
+
+def operator_tail(stream: io.StringIO, count: int = 15) -> str:
+    """The daemon's last log lines that are not decision records (the status operator's,
+    the watches'): what a missing status write is explained by."""
+    lines = []
+    for line in stream.getvalue().splitlines():
+        try:
+            record = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            continue
+        if "attempt" not in record:
+            lines.append(line)
+    return "daemon log (last, not decisions):\n" + "\n".join(lines[-count:])
+
+
 def log_tail(stream: io.StringIO, namespace: str, prefix: str = "", count: int = 12) -> str:
     brief = [
         {k: r.get(k) for k in ("pod", "attempt", "result", "node", "plugin", "message")}
@@ -673,7 +691,7 @@ async def test_an_indexed_job_is_gang_scheduled_through_its_workload_and_pod_gro
     }
     groups = f"{W_API}/namespaces/{namespace}/podgroups"
     async with (
-        gang_cluster(cluster, kube, namespace, specs, pool) as (_, stream, pods, _events),
+        gang_cluster(cluster, kube, namespace, specs, pool) as (daemon, stream, pods, _events),
         tracking(kube, groups) as pgs,
     ):
         await kube.post(JOBS.format(namespace=namespace), job)
@@ -688,7 +706,11 @@ async def test_an_indexed_job_is_gang_scheduled_through_its_workload_and_pod_gro
         await pgs.until(
             lambda: _condition(pgs.items.get(group), "PodGroupScheduled").get("status") == "True",
             f"PodGroup {group} PodGroupScheduled=True",
-            lambda: str(pgs.items.get(group, {}).get("status")),
+            lambda: (
+                f"status {pgs.items.get(group, {}).get('status')}; the daemon's report"
+                f" {_report(daemon, GangAPI.WORKLOAD, f'{namespace}/{group}')};"
+                f" {operator_tail(stream)}"
+            ),
         )
         # Made by the job controller, not by the test: gang of the Job's parallelism.
         pg = pgs.items[group]
