@@ -103,6 +103,11 @@ class ClusterEvents:
     def pod_deleted(self, pod: PodInfo) -> None:
         uid = pod.uid
         self._index_claims(pod, False)
+        if pod.terminal:
+            # The daemon's pod watch selects only unfinished pods: a pod that finishes
+            # leaves it as a DELETED event carrying its final phase. Its gang counts it as
+            # succeeded or failed (PodGroup status), not as a pod that vanished.
+            self.gangs.update(pod)
         self.gangs.remove(uid)
         entry = self.cache.get(uid)
         self.cache.remove_pod(uid)

@@ -340,3 +340,22 @@ def test_bound_pods_arriving_relabelled_or_terminating_wake_spread_rejections_of
     park()
     ev.pod_deleted(bound)
     assert queue.where("uid-w") == "active"
+
+
+def test_a_gang_member_finishing_out_of_the_watch_counts_as_succeeded() -> None:
+    """The daemon's pod watch selects unfinished pods: a member that succeeds arrives as a
+    DELETED event with its final phase, and its gang counts it (PodGroup status), while a
+    member deleted before it finished is only gone."""
+    ev = events_with([])
+    members = []
+    for i in range(2):
+        raw = raw_pod({"scheduling.ai/gang-name": "g", "scheduling.ai/gang-total": "2"})
+        raw["metadata"].update(name=f"m{i}", uid=f"u-m{i}")
+        members.append(pod_from_k8s(raw))
+        ev.pod_changed(members[-1])
+    gang = ev.gangs.get("ns/g")
+    assert gang is not None and len(gang.members) == 2
+    ev.pod_deleted(dataclasses.replace(members[0], phase="Succeeded"))
+    assert (len(gang.members), gang.succeeded, gang.failed) == (1, 1, 0)
+    ev.pod_deleted(members[1])  # deleted while running: not a success
+    assert (gang.succeeded, gang.failed) == (1, 0)
