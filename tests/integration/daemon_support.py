@@ -437,3 +437,29 @@ def started_cluster(options: ClusterOptions) -> Iterator[LocalCluster]:
         yield local
     finally:
         local.stop()
+
+
+async def first_event(
+    kube: Kube,
+    namespace: str,
+    involved: str,
+    reason: str,
+    timeout: float = 60.0,  # noqa: ASYNC109 - a test's bound on the wait
+) -> JSON:
+    """The first Event `reason` on the object named `involved` (list, then watch)."""
+    path = f"/api/v1/namespaces/{namespace}/events"
+    selector = ("fieldSelector", f"involvedObject.name={involved},reason={reason}")
+
+    async def run() -> JSON:
+        while True:
+            listing = await kube.get(path, query=[selector])
+            if listing.get("items"):
+                return dict(listing["items"][0])
+            version = listing["metadata"]["resourceVersion"]
+            async for event in kube.watch(path, resource_version=version, query=[selector]):
+                if event.type == "ADDED":
+                    return event.object
+                if event.type == "ERROR":
+                    break
+
+    return await asyncio.wait_for(run(), timeout)

@@ -30,6 +30,7 @@ from tests.integration.daemon_support import (
     RBAC,
     apply_docs,
     daemon_settings,
+    first_event,
     node_pool,
     placement,
     pool_name,
@@ -185,7 +186,7 @@ async def test_the_leader_writes_podgroup_status_of_both_apis(
         generation = refused["metadata"].get("generation", 0)
         assert cond.get("observedGeneration", 0) == generation, refused
         # Why xg waits: an Event on it (its CRD has no conditions).
-        event = await _event(kube, namespace, "xg")
+        event = await first_event(kube, namespace, "xg", "FailedScheduling")
         assert event["type"] == "Warning"
         assert event["message"].startswith("0/2 members placed; Unschedulable: ")
         assert event["involvedObject"]["kind"] == "PodGroup"
@@ -222,26 +223,6 @@ async def test_the_leader_writes_podgroup_status_of_both_apis(
         if r.get("event") == "background write failed" or "forbidden" in str(r).lower()
     ]
     assert refused_writes == [], refused_writes
-
-
-async def _event(kube: Kube, namespace: str, involved: str) -> JSON:
-    """The first FailedScheduling Event on `involved` (list, then watch)."""
-    path = f"/api/v1/namespaces/{namespace}/events"
-    selector = ("fieldSelector", f"involvedObject.name={involved},reason=FailedScheduling")
-
-    async def run() -> JSON:
-        while True:
-            listing = await kube.get(path, query=[selector])
-            if listing.get("items"):
-                return dict(listing["items"][0])
-            version = listing["metadata"]["resourceVersion"]
-            async for event in kube.watch(path, resource_version=version, query=[selector]):
-                if event.type == "ADDED":
-                    return event.object
-                if event.type == "ERROR":
-                    break
-
-    return await asyncio.wait_for(run(), 60)
 
 
 async def test_a_standby_publishes_but_does_not_write(

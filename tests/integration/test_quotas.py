@@ -13,7 +13,6 @@ was idle, and only that much (`test_reclaim_when_the_lender_returns`).
 
 from __future__ import annotations
 
-import asyncio
 import io
 import re
 import secrets
@@ -35,6 +34,7 @@ from tests.integration.daemon_support import (
     RBAC,
     apply_docs,
     daemon_settings,
+    first_event,
     node_pool,
     placement,
     pool_name,
@@ -117,24 +117,11 @@ def used(gpus: str) -> Any:
     return lambda o: (o.get("status") or {}).get("used", {}).get(GPU) == gpus
 
 
-async def pod_event(kube: Kube, namespace: str, pod: str, reason: str) -> JSON:
-    """The first Event `reason` on the pod (list, then watch; 60 s at most)."""
-    path = f"/api/v1/namespaces/{namespace}/events"
-    selector = ("fieldSelector", f"involvedObject.name={pod},reason={reason}")
-
-    async def run() -> JSON:
-        while True:
-            listing = await kube.get(path, query=[selector])
-            if listing.get("items"):
-                return dict(listing["items"][0])
-            version = listing["metadata"]["resourceVersion"]
-            async for event in kube.watch(path, resource_version=version, query=[selector]):
-                if event.type == "ADDED":
-                    return event.object
-                if event.type == "ERROR":
-                    break
-
-    return await asyncio.wait_for(run(), 60)
+def gpu_pod(where: dict[str, Any], name: str, gpus: int) -> JSON:
+    """A pod of `gpus` whole GPUs that goes only to the test's node pool (`where`)."""
+    pod = pod_manifest(name, gpus=gpus)
+    pod["spec"].update(nodeSelector=where["node_selector"], tolerations=where["tolerations"])
+    return pod
 
 
 def unschedulable(obj: JSON) -> bool:
@@ -155,11 +142,6 @@ async def test_two_tenants_max_borrowing_and_status_used(
     kubeconfig = await shipped_identity(kube, cluster, tmp_path, namespace)
     pool = pool_name()
     where = placement(pool)
-
-    def gpu_pod(name: str, gpus: int) -> JSON:
-        pod = pod_manifest(name, gpus=gpus)
-        pod["spec"].update(nodeSelector=where["node_selector"], tolerations=where["tolerations"])
-        return pod
 
     tenant_b = f"team-b-{secrets.token_hex(3)}"
     a_quotas = quotas_of(namespace)
@@ -184,14 +166,14 @@ async def test_two_tenants_max_borrowing_and_status_used(
 
             # Tenant A within its min, then borrowing above it while B is idle (8 > min 4).
             for name in ("a1", "a2"):
-                await kube.post(pod_path(namespace), gpu_pod(name, 4))
+                await kube.post(pod_path(namespace), gpu_pod(where, name, 4))
             for name in ("a1", "a2"):
                 await wait_for(kube, pod_path(namespace), name, bound)
             await wait_for(kube, a_quotas, "quota", used("8"))
 
             # At its max: one more GPU is refused, the pod stays Pending, saying why.
-            await kube.post(pod_path(namespace), gpu_pod("a3", 1))
-            event = await pod_event(kube, namespace, "a3", "FailedScheduling")
+            await kube.post(pod_path(namespace), gpu_pod(where, "a3", 1))
+            event = await first_event(kube, namespace, "a3", "FailedScheduling")
             assert event["type"] == "Warning"
             assert event["message"].endswith(
                 f": ElasticQuota {namespace}/quota: nvidia.com/gpu would be 9 GPUs, max 8 GPUs"
@@ -203,13 +185,13 @@ async def test_two_tenants_max_borrowing_and_status_used(
             assert not a3["spec"].get("nodeName")
 
             # Tenant B spans two namespaces: its pods in both count against one quota.
-            await kube.post(pod_path(b1), gpu_pod("b1", 3))
-            await kube.post(pod_path(b2), gpu_pod("b2", 3))
+            await kube.post(pod_path(b1), gpu_pod(where, "b1", 3))
+            await kube.post(pod_path(b2), gpu_pod(where, "b2", 3))
             await wait_for(kube, pod_path(b1), "b1", bound)
             await wait_for(kube, pod_path(b2), "b2", bound)
             await wait_for(kube, b_quotas, "quota", used("6"))
-            await kube.post(pod_path(b2), gpu_pod("b3", 1))
-            event = await pod_event(kube, b2, "b3", "FailedScheduling")
+            await kube.post(pod_path(b2), gpu_pod(where, "b3", 1))
+            event = await first_event(kube, b2, "b3", "FailedScheduling")
             assert (
                 f"ElasticQuota {b1}/quota: nvidia.com/gpu would be 7 GPUs, max 6 GPUs"
                 in (event["message"])
@@ -238,9 +220,7 @@ async def test_a_malformed_elastic_quota_gives_a_clear_error(
 ) -> None:
     kubeconfig = await shipped_identity(kube, cluster, tmp_path, namespace)
     pool = pool_name()
-    where = placement(pool)
-    pod = pod_manifest("p", gpus=1)
-    pod["spec"].update(nodeSelector=where["node_selector"], tolerations=where["tolerations"])
+    pod = gpu_pod(placement(pool), "p", 1)
     # The CRD's schema accepts any resource name: a misspelt one reaches the scheduler.
     bad = elastic_quota("quota", {}, {"nvidia.com/gpus": 8})
     stream = io.StringIO()
@@ -251,14 +231,14 @@ async def test_a_malformed_elastic_quota_gives_a_clear_error(
         running_daemon(kubeconfig, stream, daemon_settings("gpusched")),
     ):
         await kube.post(pod_path(namespace), pod)
-        event = await pod_event(kube, namespace, "p", "FailedScheduling")
+        event = await first_event(kube, namespace, "p", "FailedScheduling")
         assert (
             f"ElasticQuota {namespace}/quota: spec.max['nvidia.com/gpus'] is not a resource"
             " gpusched counts (one of nvidia.com/gpu, gpusched.io/gpu-memory, cpu, memory,"
             " pods)" in event["message"]
         ), event["message"]
         # The ElasticQuota itself carries the error, for its owner's `kubectl describe`.
-        invalid = await pod_event(kube, namespace, "quota", "InvalidQuota")
+        invalid = await first_event(kube, namespace, "quota", "InvalidQuota")
         assert invalid["type"] == "Warning"
         assert invalid["involvedObject"]["kind"] == "ElasticQuota"
         assert "spec.max['nvidia.com/gpus']" in invalid["message"]
@@ -299,7 +279,7 @@ async def test_mins_above_the_cluster_warn_on_each_quota(
         running_daemon(kubeconfig, stream, daemon_settings("gpusched")),
     ):
         for ns in (namespace, other):
-            event = await pod_event(kube, ns, "quota", "MinimumsExceedCluster")
+            event = await first_event(kube, ns, "quota", "MinimumsExceedCluster")
             assert event["type"] == "Warning"
             assert event["involvedObject"]["kind"] == "ElasticQuota"
             # At least these two (another test's quota may still be going away).
@@ -324,11 +304,6 @@ async def test_reclaim_when_the_lender_returns(
     pool = pool_name()
     where = placement(pool)
 
-    def gpu_pod(name: str, gpus: int) -> JSON:
-        pod = pod_manifest(name, gpus=gpus)
-        pod["spec"].update(nodeSelector=where["node_selector"], tolerations=where["tolerations"])
-        return pod
-
     tenant_b = f"team-b-{secrets.token_hex(3)}"
     a_quotas = quotas_of(namespace)
     stream = io.StringIO()
@@ -349,7 +324,7 @@ async def test_reclaim_when_the_lender_returns(
             # A is idle: B borrows all 16 GPUs (8 above its min).
             b_pods = [f"b{i}" for i in range(4)]
             for name in b_pods:
-                await kube.post(pod_path(b), gpu_pod(name, 4))
+                await kube.post(pod_path(b), gpu_pod(where, name, 4))
             for name in b_pods:
                 await wait_for(kube, pod_path(b), name, bound)
             await wait_for(kube, b_quotas, "quota", used("16"))
@@ -359,7 +334,7 @@ async def test_reclaim_when_the_lender_returns(
 
             # A returns within its min: each of its pods reclaims one of B's borrowed pods.
             for step, name in enumerate(("a1", "a2"), start=1):
-                await kube.post(pod_path(namespace), gpu_pod(name, 4))
+                await kube.post(pod_path(namespace), gpu_pod(where, name, 4))
                 await wait_for(kube, pod_path(namespace), name, bound, timeout=90)
                 await wait_for(kube, a_quotas, "quota", used(str(4 * step)))
                 await wait_for(kube, b_quotas, "quota", used(str(16 - 4 * step)))
@@ -375,7 +350,7 @@ async def test_reclaim_when_the_lender_returns(
 
             # B is at its min now: A's third pod would take A above its own min, so it may
             # not preempt B; it stays Pending, and B keeps both pods.
-            await kube.post(pod_path(namespace), gpu_pod("a3", 4))
+            await kube.post(pod_path(namespace), gpu_pod(where, "a3", 4))
             a3 = await wait_for(kube, pod_path(namespace), "a3", unschedulable, timeout=90)
             assert not a3["spec"].get("nodeName")
             pods = await demo.wait_settled(kube, b, (), until=lambda p: live(p) == 2)
