@@ -165,6 +165,9 @@ class PodInfo:
     # status.startTime (unix seconds, 0.0 while the kubelet has not started the pod): what
     # preemption counts a victim's lost work from.
     start_time: float = 0.0
+    # status.nominatedNodeName: where a preemption made room for the pod (this or an earlier
+    # leader's); "" without one.
+    nominated_node: str = ""
 
     @property
     def job_key(self) -> str:
@@ -657,4 +660,5 @@ def pod_from_k8s(obj: Mapping[str, Any]) -> PodInfo:
         ),
         preemption_policy=str(policy or "PreemptLowerPriority"),
         start_time=parse_time(status.get("startTime")),
+        nominated_node=str(status.get("nominatedNodeName") or ""),
     )

@@ -152,6 +152,9 @@ class Preemption:
         self._tenant_id: dict[str, int] = {}
         # preemptor uid -> the node it was nominated to (by this instance)
         self.nominations: dict[str, Nomination] = {}
+        # Pending pods this instance has held a nomination for: a nomination it gave up (it
+        # expired, the preemption failed) is not taken back from the pod's stale status.
+        self._nominated_here: set[str] = set()
         # victim uid -> node: evictions asked for and not yet seen gone
         self.evicting: dict[str, str] = {}
         self._tasks: set[asyncio.Task[None]] = set()
@@ -287,7 +290,20 @@ class Preemption:
         Filter (kube's evaluateNominatedNode), so a preemptor takes the room its victims
         freed even when another freed node scores higher."""
         nom = self.nominations.get(pod.uid)
-        return nom.node if nom is not None else None
+        if nom is not None:
+            return nom.node
+        if (
+            pod.nominated_node
+            and pod.uid not in self._nominated_here
+            and self.handle.snapshot.row_of(pod.nominated_node) >= 0
+        ):
+            # Nominated by an earlier leader (its status says so; the nominations of this
+            # instance start empty): honoured as kube-scheduler's nominator restores it from
+            # the pod, and from now on its room is held here too.
+            self.nominations[pod.uid] = Nomination(pod, pod.nominated_node, self.handle.now())
+            self._nominated_here.add(pod.uid)
+            return pod.nominated_node
+        return None
 
     # -- Reserve: the preemptor is placed -------------------------------------------------------
 
@@ -310,6 +326,8 @@ class Preemption:
                 or not self.handle.is_pending(uid)
             ):
                 del self.nominations[uid]
+        for uid in [u for u in self._nominated_here if not self.handle.is_pending(u)]:
+            self._nominated_here.discard(uid)
         for uid in [u for u in self.evicting if self.handle.allocation_of(u) is None]:
             del self.evicting[uid]
 
@@ -799,6 +817,7 @@ class Preemption:
         now = self.handle.now()
         for member, node in choice.placements:
             self.nominations[member.uid] = Nomination(member, node, now)
+            self._nominated_here.add(member.uid)
         node = next((n for p, n in choice.placements if p.uid == pod.uid), "")
         message = f"{pod.scheduler_name}: preempting to accommodate a higher priority pod"
         evict: list[tuple[PodInfo, ...]] = []

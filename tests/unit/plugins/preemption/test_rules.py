@@ -256,3 +256,21 @@ def test_kube_default_evicts_a_pdb_protected_pod_when_nothing_else_makes_room() 
     s.advance(100.0)
     s.submit(_pod("hp", 8, prio=100))
     assert _victims(s) == ["db"]
+
+
+def test_a_nomination_from_an_earlier_leader_is_honoured_once_and_not_revived() -> None:
+    """A new leader starts with no nominations of its own: a pod whose status names a
+    nominated node (an earlier leader's preemption) goes there when it fits, as kube's
+    nominator restores it from the pod; a nomination this instance gave up is not taken
+    back from the pod's stale status."""
+    natural = _sim("n0", "n1").submit(_pod("p", 2))
+    assert natural.result is Result.SCHEDULED
+    other = "n1" if natural.node == "n0" else "n0"
+    s = _sim("n0", "n1")
+    d = s.submit(_pod("p", 2, nominated_node=other))
+    assert (d.result, d.node) == (Result.SCHEDULED, other)
+    assert _plugin(s).nominations == {}  # placed: the adopted nomination ended at Reserve
+    s2 = _sim("n0", "n1")
+    _plugin(s2)._nominated_here.add("uid-p")  # held here once, then given up
+    d2 = s2.submit(_pod("p", 2, nominated_node=other))
+    assert d2.node == natural.node
