@@ -104,9 +104,10 @@ class ClusterEvents:
         uid = pod.uid
         self._index_claims(pod, False)
         if pod.terminal:
-            # The daemon's pod watch selects only unfinished pods: a pod that finishes
-            # leaves it as a DELETED event carrying its final phase. Its gang counts it as
-            # succeeded or failed (PodGroup status), not as a pod that vanished.
+            # A deleted pod that had finished counts for its gang as succeeded or failed
+            # (PodGroup status), not as a pod that vanished. (The daemon's watch, which
+            # selects unfinished pods, gets a DELETED event carrying the pod as it was
+            # when one finishes: the gang report's `scheduled` latch covers that case.)
             self.gangs.update(pod)
         self.gangs.remove(uid)
         entry = self.cache.get(uid)

@@ -35,6 +35,8 @@ class GangStatusPublisher:
         self._flush_pending = False
         # (api, key) -> (first attempt, latest failure reason, its message)
         self._attempts: dict[Index, tuple[float, str, str]] = {}
+        # Groups whose minimum was placed at once (sticky: GangReport.scheduled).
+        self._scheduled: set[Index] = set()
 
     def touch(self, api: GangAPI, key: str) -> None:
         """Something about the gang changed: republish it (at the end of this loop turn)."""
@@ -62,6 +64,7 @@ class GangStatusPublisher:
         """The PodGroup object was deleted: its report goes too."""
         index = (api, key)
         self._attempts.pop(index, None)
+        self._scheduled.discard(index)
         self._dirty.discard(index)
         self._removed.add(index)
         self._schedule()
@@ -99,16 +102,25 @@ class GangStatusPublisher:
                 owner = ",".join(f"{pod.namespace}/{name}" for name in pod.owners)
         gang = index.get(key)
         first, reason, message = self._attempts.get((api, key), (0.0, "", ""))
+        succeeded = gang.succeeded if gang is not None else 0
+        failed = gang.failed if gang is not None else 0
+        spec = self.handle.gangs.pod_group(api, key) if api is not GangAPI.ANNOTATIONS else None
+        if spec is not None:  # its minimum is known only from the object
+            need = spec.min_member if spec.gang else 1
+            assigned = placed + running + succeeded + failed
+            if assigned > 0 and assigned >= need:
+                self._scheduled.add((api, key))
         return GangReport(
             api=api,
             key=key,
             pending=pending,
             placed=placed,
             running=running,
-            succeeded=gang.succeeded if gang is not None else 0,
-            failed=gang.failed if gang is not None else 0,
+            succeeded=succeeded,
+            failed=failed,
             first_attempt=first,
             owner=owner,
             reason=reason,
             message=message,
+            scheduled=(api, key) in self._scheduled,
         )

@@ -40,6 +40,11 @@ class GangReport:
     owner: str = ""  # "ns/owner1,ns/owner2" of a member (scheduler-plugins' occupiedBy)
     reason: str = ""  # UNSCHEDULABLE / SCHEDULER_ERROR of the latest failed attempt; "" none
     message: str = ""  # that attempt's message (the pod's FailedScheduling text)
+    # minCount members (1 for the basic policy) were placed at once at some point, however
+    # soon they finished: the pod watch selects unfinished pods, and the API server's
+    # DELETED event for a pod that leaves it carries the pod as it was (Running), so a
+    # member that finished cannot be told from one deleted and is in no count.
+    scheduled: bool = False
 
     @property
     def members(self) -> int:

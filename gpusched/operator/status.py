@@ -167,7 +167,7 @@ def workload_conditions(
         return None
     need = group.min_member if group.gang else 1
     assigned = report.placed + report.running + report.succeeded + report.failed
-    if assigned > 0 and assigned >= need:
+    if report.scheduled or (assigned > 0 and assigned >= need):
         want: dict[str, Any] = {"status": "True", "reason": REASON_SCHEDULED, "message": ""}
     elif report.reason:
         want = {"status": "False", "reason": report.reason, "message": report.message}

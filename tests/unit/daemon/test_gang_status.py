@@ -101,3 +101,33 @@ async def test_a_burst_is_published_once_per_loop_turn() -> None:
     report = board.get(X, "ns/pg")
     assert report is not None
     assert report.pending == 3
+
+
+def test_a_group_whose_minimum_was_placed_stays_scheduled_after_its_members_leave() -> None:
+    """A member that finishes leaves the pod watch as a DELETED event carrying the pod as
+    it was (the API server's rule for a field selector it stops matching): no count keeps
+    it, so the report latches that the minimum was placed once."""
+    from gpusched.framework.gangs import PodGroupSpec, StaticGangs  # noqa: PLC0415
+
+    board = GangBoard()
+    gangs = StaticGangs([PodGroupSpec(key="ns/pg", api=X, min_member=2)])
+    handle = SchedulerHandle(
+        ClusterCache(Snapshot(8, capacity=4)), FakeCluster(), lambda: 0.0, gangs=gangs
+    )
+    pub = GangStatusPublisher(board, handle, clock=lambda: 1000.0)
+    handle.gang_index.update(pod("a", node="n1"))
+    pub.touch(X, "ns/pg")
+    pub.flush()
+    report = board.get(X, "ns/pg")
+    assert report is not None and not report.scheduled  # 1 of 2 placed
+    handle.gang_index.update(pod("b", node="n2"))
+    pub.touch(X, "ns/pg")
+    pub.flush()
+    report = board.get(X, "ns/pg")
+    assert report is not None and report.scheduled
+    for uid in ("uid-a", "uid-b"):
+        handle.gang_index.remove(uid)
+    pub.touch(X, "ns/pg")
+    pub.flush()
+    report = board.get(X, "ns/pg")
+    assert report is not None and report.scheduled and report.placed == 0

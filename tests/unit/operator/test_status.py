@@ -130,6 +130,16 @@ def test_no_condition_before_any_attempt() -> None:
     assert workload_conditions([], GANG, report(pending=3), 1, T0) is None
 
 
+def test_a_group_whose_members_finished_before_the_write_is_still_scheduled() -> None:
+    """Members that finished left the pod watch uncounted (a DELETED event with the pod as
+    it was): the report's sticky flag says the minimum was placed once."""
+    gone = report(scheduled=True)
+    assert gone.placed + gone.running + gone.succeeded == 0
+    written = workload_conditions([], GANG, gone, 1, T0)
+    assert written is not None and written[0]["status"] == "True"
+    assert written[0]["reason"] == "Scheduled"
+
+
 def test_unschedulable_then_scheduled() -> None:
     r = report(pending=3, reason="Unschedulable", message="0/8 nodes are available: ...")
     first = workload_conditions([], GANG, r, 1, T0)
