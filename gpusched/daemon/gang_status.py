@@ -11,28 +11,28 @@ events costs one report per gang.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Callable
 
 from gpusched.core.handle import SchedulerHandle
+from gpusched.daemon.coalesce import CoalescedFlush
 from gpusched.model.pod import GangAPI, PodInfo
 from gpusched.operator.board import GangBoard, GangReport, Index
 
 
-class GangStatusPublisher:
+class GangStatusPublisher(CoalescedFlush):
     def __init__(
         self,
         board: GangBoard,
         handle: SchedulerHandle,
         clock: Callable[[], float] = time.time,
     ) -> None:
+        super().__init__()
         self.board = board
         self.handle = handle
         self.clock = clock  # wall clock: scheduleStartTime is a timestamp
         self._dirty: set[Index] = set()
         self._removed: set[Index] = set()
-        self._flush_pending = False
         # (api, key) -> (first attempt, latest failure reason, its message)
         self._attempts: dict[Index, tuple[float, str, str]] = {}
         # Groups whose minimum was placed at once (sticky: GangReport.scheduled).
@@ -69,18 +69,7 @@ class GangStatusPublisher:
         self._removed.add(index)
         self._schedule()
 
-    def _schedule(self) -> None:
-        if self._flush_pending:
-            return
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            return  # no loop (a unit test): flush() by hand
-        self._flush_pending = True
-        loop.call_soon(self.flush)
-
     def flush(self) -> None:
-        self._flush_pending = False
         dirty, self._dirty = self._dirty, set()
         removed, self._removed = self._removed, set()
         self.board.publish([self.report(api, key) for api, key in dirty], removed)

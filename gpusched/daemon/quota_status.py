@@ -12,9 +12,8 @@ tenants' objects and publishes them, so a burst of binds costs one report per te
 
 from __future__ import annotations
 
-import asyncio
-
 from gpusched.core.handle import SchedulerHandle
+from gpusched.daemon.coalesce import CoalescedFlush
 from gpusched.kube.quotas import KubeQuotas
 from gpusched.model import quota
 from gpusched.model.elastic_quota import ElasticQuotaSpec
@@ -27,14 +26,14 @@ from gpusched.operator.quota_board import (
 from gpusched.plugins.helper.quota import capacity, effective_mins
 
 
-class QuotaStatusPublisher:
+class QuotaStatusPublisher(CoalescedFlush):
     def __init__(self, board: QuotaBoard, quotas: KubeQuotas, handle: SchedulerHandle) -> None:
+        super().__init__()
         self.board = board
         self.quotas = quotas
         self.handle = handle
         self._dirty: set[str] = set()
         self._all = True
-        self._flush_pending = False
         # resource index -> (sum of the usable mins, the cluster's capacity), for the
         # resources whose mins exceed the cluster; with each tenant's effective min.
         self._oversubscribed: dict[int, tuple[int, int]] = {}
@@ -52,18 +51,7 @@ class QuotaStatusPublisher:
         self._all = True
         self._schedule()
 
-    def _schedule(self) -> None:
-        if self._flush_pending:
-            return
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            return  # no loop (a unit test): flush() by hand
-        self._flush_pending = True
-        loop.call_soon(self.flush)
-
     def flush(self) -> None:
-        self._flush_pending = False
         tenants = self.quotas.tenants()
         removed: set[str] = set()
         if self._all:
