@@ -28,7 +28,15 @@ from gpusched.config.profile import Profile
 from gpusched.framework.snapshot import MAX_CARDS_LIMIT
 from gpusched.model.node import TopologyKeys
 
-__all__ = ["ClientConnection", "LeaderElection", "Liveness", "SchedulerConfig", "Watch"]
+__all__ = [
+    "ClientConnection",
+    "LeaderElection",
+    "Liveness",
+    "SchedulerConfig",
+    "Telemetry",
+    "TelemetryQueries",
+    "Watch",
+]
 
 
 @dataclass(frozen=True)
@@ -171,6 +179,114 @@ class LeaderElection:
         return out
 
 
+# dcgm-exporter's hardware XIDs worth taking a card out of service for (NVIDIA's XID
+# catalogue): 48 double-bit ECC, 63/64 row-remap or page-retirement events and failures,
+# 74 NVLink error, 79 fallen off the bus, 92 high single-bit ECC rate, 94/95 contained and
+# uncontained ECC errors. Application faults (13, 31, 43, 45: a kernel's bad access or a
+# killed context) say nothing about the card and are not listed.
+HARDWARE_XIDS = (48, 63, 64, 74, 79, 92, 94, 95)
+
+
+@dataclass(frozen=True)
+class TelemetryQueries:
+    """The PromQL of each reading, one instant query per refresh. Plain metric names by
+    default (dcgm-exporter's default counters); a cluster whose Prometheus holds several
+    clusters' exporters narrows them here, e.g. `DCGM_FI_DEV_GPU_TEMP{cluster="a"}`. Each
+    result series must keep the host, gpu and UUID labels (no aggregation). An empty
+    query is not asked (that reading stays unknown)."""
+
+    gpu_temp: str = "DCGM_FI_DEV_GPU_TEMP"
+    memory_temp: str = "DCGM_FI_DEV_MEMORY_TEMP"
+    power_usage: str = "DCGM_FI_DEV_POWER_USAGE"
+    # Not among dcgm-exporter's default counters (DCGM field 160, enabled in its
+    # dcp-metrics CSV); without it the power limit comes from the node's inventory.
+    power_limit: str = "DCGM_FI_DEV_POWER_MGMT_LIMIT"
+    gpu_util: str = "DCGM_FI_DEV_GPU_UTIL"
+    fb_free: str = "DCGM_FI_DEV_FB_FREE"
+    fb_used: str = "DCGM_FI_DEV_FB_USED"
+    xid_errors: str = "DCGM_FI_DEV_XID_ERRORS"
+
+
+@dataclass(frozen=True)
+class Telemetry:
+    """Live GPU telemetry (gpusched/telemetry): DCGM exporter metrics read through the
+    Prometheus HTTP API into per-card snapshot columns. Off while `prometheusUrl` is empty:
+    every node then reads "no data" (neutral), as without an exporter.
+
+    Readings older than `staleAfterSeconds` (by their Prometheus sample time) are dropped:
+    stale or missing data scores neutral and never reads as cold. The limit should cover a
+    few scrape intervals plus `intervalSeconds`."""
+
+    prometheus_url: str = ""
+    interval_seconds: float = 15.0
+    stale_after_seconds: float = 60.0
+    query_timeout_seconds: float = 10.0
+    # dcgm-exporter labels the host `Hostname` in released versions and `hostname` on its
+    # main branch; the first label present names the node. A card whose UUID the node's
+    # gpusched.io/gpu-inventory lists is matched by UUID first (a relabelled or pod-name
+    # host label cannot then mislead).
+    host_labels: tuple[str, ...] = ("Hostname", "hostname")
+    gpu_label: str = "gpu"
+    uuid_label: str = "UUID"
+    queries: TelemetryQueries = field(default_factory=TelemetryQueries)
+    # A card reporting one of these XIDs is unhealthy (filtered) until a fresh reading
+    # reports another value (a GPU reset or a new exporter clears DCGM's last XID).
+    unhealthy_xids: tuple[int, ...] = HARDWARE_XIDS
+    # HBM throttles around 95 °C on A100/H100; a card at the limit is unhealthy until it
+    # is `memoryTempMarginCelsius` below it (hysteresis: no flapping at the edge).
+    memory_temp_limit_celsius: float = 95.0
+    memory_temp_margin_celsius: float = 5.0
+    # Optional credentials for a Prometheus behind authentication: a bearer token file (a
+    # projected ServiceAccount token, re-read at every refresh) and a CA bundle for https.
+    bearer_token_file: str = ""
+    ca_file: str = ""
+
+    def validate(self) -> list[tuple[str, str]]:
+        out: list[tuple[str, str]] = []
+        url = self.prometheus_url
+        if url and not url.startswith(("http://", "https://")):
+            out.append(("prometheusUrl", f"must start with http:// or https://, got {url!r}"))
+        if not self.interval_seconds > 0:
+            out.append(("intervalSeconds", "must be > 0"))
+        if not self.query_timeout_seconds > 0:
+            out.append(("queryTimeoutSeconds", "must be > 0"))
+        elif self.query_timeout_seconds > self.interval_seconds and self.interval_seconds > 0:
+            out.append(
+                ("queryTimeoutSeconds", f"must be <= intervalSeconds ({self.interval_seconds})")
+            )
+        if not self.stale_after_seconds > self.interval_seconds:
+            # Else every reading would be stale before the next refresh replaced it.
+            out.append(
+                ("staleAfterSeconds", f"must be > intervalSeconds ({self.interval_seconds})")
+            )
+        if not self.host_labels:
+            out.append(("hostLabels", "must name at least one label"))
+        for i, key in enumerate((*self.host_labels, self.gpu_label, self.uuid_label)):
+            if not _PROM_LABEL.match(key):
+                where = (
+                    f"hostLabels[{i}]"
+                    if i < len(self.host_labels)
+                    else ("gpuLabel" if key == self.gpu_label else "uuidLabel")
+                )
+                out.append((where, f"{key!r} is not a Prometheus label name"))
+        for i, xid in enumerate(self.unhealthy_xids):
+            if not 0 < xid < 2**31:
+                out.append((f"unhealthyXids[{i}]", f"must be a positive XID, got {xid}"))
+        if not 0 < self.memory_temp_limit_celsius < 150:
+            out.append(("memoryTempLimitCelsius", "must be in (0, 150)"))
+        if not 0 <= self.memory_temp_margin_celsius < self.memory_temp_limit_celsius:
+            out.append(
+                (
+                    "memoryTempMarginCelsius",
+                    f"must be in [0, memoryTempLimitCelsius ({self.memory_temp_limit_celsius}))",
+                )
+            )
+        return out
+
+
+_PROM_LABEL = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
 # A Kubernetes label key: optional DNS-subdomain prefix and "/", then a name of at most 63
 # characters (alphanumerics, '-', '_', '.', starting and ending alphanumeric).
 _LABEL_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
@@ -199,6 +315,7 @@ class SchedulerConfig:
     leader_election: LeaderElection = field(default_factory=LeaderElection)
     watch: Watch = field(default_factory=Watch)
     liveness: Liveness = field(default_factory=Liveness)
+    telemetry: Telemetry = field(default_factory=Telemetry)
     pod_initial_backoff_seconds: float = POD_INITIAL_BACKOFF_SECONDS
     pod_max_backoff_seconds: float = POD_MAX_BACKOFF_SECONDS
     pod_max_in_unschedulable_pods_duration_seconds: float = (

@@ -34,6 +34,16 @@ from numpy.typing import NDArray
 from gpusched.model.node import FULL_CARD_MILLI, NodeModel, Taint
 
 NO_CARD = -1
+# The float32 per-card telemetry columns, in CardReading's order (gpusched/model/telemetry.py).
+TELEMETRY_CARD_COLUMNS = (
+    "card_temp",
+    "card_mem_temp",
+    "card_power",
+    "card_power_limit",
+    "card_util",
+    "card_fb_used",
+    "card_fb_free",
+)
 # The kernels track a node's cards in an int64 bitmask (gpusched/kernels/_card_rules.py
 # MAX_CARDS): the columns may be at most this wide. Repeated here so loading a config does
 # not import numba; a test keeps the two equal.
@@ -191,6 +201,11 @@ class NodeColumns:
         grow("card_model", (capacity, C), np.int16, NO_CARD)
         grow("card_healthy", (capacity, C), np.bool_, False)
         grow("card_island", (capacity, C), np.int8, -1)
+        grow("card_listed_healthy", (capacity, C), np.bool_, False)
+        grow("card_sick", (capacity, C), np.bool_, False)
+        for name in TELEMETRY_CARD_COLUMNS:
+            grow(name, (capacity, C), np.float32, np.nan)
+        grow("card_sampled_at", (capacity, C), np.float64, np.nan)
         grow("node_valid", (capacity,), np.bool_, False)
         grow("node_unschedulable", (capacity,), np.bool_, False)
         grow("node_cpu_free", (capacity,), np.int64, 0)
@@ -202,6 +217,7 @@ class NodeColumns:
         grow("node_card_count", (capacity,), np.int16, 0)
         grow("node_dra_cards", (capacity,), np.bool_, False)
         grow("node_temp", (capacity,), np.float32, np.nan)
+        grow("node_sampled_at", (capacity,), np.float64, np.nan)
         grow("node_rack", (capacity,), np.int32, -1)
         grow("node_spine", (capacity,), np.int32, -1)
         grow("node_labelset", (capacity,), np.int32, -1)
@@ -219,8 +235,25 @@ class NodeColumns:
     card_free_mem: NDArray[np.int32]
     card_total_mem: NDArray[np.int32]
     card_model: NDArray[np.int16]
+    # Whether a card may be given out: the node's own word (`card_listed_healthy`: its
+    # inventory, the device plugin's count) and live telemetry's (`card_sick`: a hardware
+    # XID, memory over its temperature limit; gpusched/telemetry/ingest.py) together.
     card_healthy: NDArray[np.bool_]
+    card_listed_healthy: NDArray[np.bool_]
+    card_sick: NDArray[np.bool_]
     card_island: NDArray[np.int8]
+    # Live readings per card (NaN: none fresh; stale readings are cleared to NaN, so no
+    # plugin can read an old value as current): GPU and memory temperature (°C), power draw
+    # and enforced limit (W), utilisation (%), frame buffer used and free (MiB), and when
+    # they were sampled (wall seconds; kept after they go stale, NaN if never seen).
+    card_temp: NDArray[np.float32]
+    card_mem_temp: NDArray[np.float32]
+    card_power: NDArray[np.float32]
+    card_power_limit: NDArray[np.float32]
+    card_util: NDArray[np.float32]
+    card_fb_used: NDArray[np.float32]
+    card_fb_free: NDArray[np.float32]
+    card_sampled_at: NDArray[np.float64]
     node_valid: NDArray[np.bool_]
     node_unschedulable: NDArray[np.bool_]
     node_cpu_free: NDArray[np.int64]
@@ -234,7 +267,10 @@ class NodeColumns:
     # allocator; a pod asking by annotation or nvidia.com/gpu gets none there (nothing on
     # such a node would enforce its card assignment).
     node_dra_cards: NDArray[np.bool_]
+    # The hottest card's fresh GPU temperature (°C; NaN: no fresh reading) and the newest
+    # fresh reading's sample time.
     node_temp: NDArray[np.float32]
+    node_sampled_at: NDArray[np.float64]
     node_rack: NDArray[np.int32]
     node_spine: NDArray[np.int32]
     node_labelset: NDArray[np.int32]

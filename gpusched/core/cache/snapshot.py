@@ -17,7 +17,13 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from gpusched.framework.snapshot import MAX_CARDS_LIMIT, MAX_OTHER_RESOURCES, NO_CARD, NodeColumns
+from gpusched.framework.snapshot import (
+    MAX_CARDS_LIMIT,
+    MAX_OTHER_RESOURCES,
+    NO_CARD,
+    TELEMETRY_CARD_COLUMNS,
+    NodeColumns,
+)
 from gpusched.model.node import (
     DRA_GPU_SOURCE,
     FULL_CARD_MILLI,
@@ -207,7 +213,11 @@ class Snapshot(NodeColumns):
         has = model != NO_CARD
         self.card_model[row] = model
         self.card_total_mem[row] = total
-        self.card_healthy[row] = healthy
+        self.card_listed_healthy[row] = healthy
+        # A card telemetry found sick stays out of service through an inventory rewrite
+        # (the slot is the NVML index: the same card); its readings do not carry over.
+        self.card_healthy[row] = healthy & ~self.card_sick[row]
+        self._clear_readings(row)
         self.card_island[row] = island
         self.card_free_milli[row] = np.where(has, FULL_CARD_MILLI - used_milli, -used_milli)
         self.card_free_mem[row] = np.where(has, total - used_mem, -used_mem)
@@ -228,7 +238,8 @@ class Snapshot(NodeColumns):
         self.node_dra_cards[row] = False
         self.card_free_milli[row] = 0
         self.card_free_mem[row] = 0
-        self.node_temp[row] = np.nan
+        self._clear_readings(row)
+        self.card_sick[row] = False
         self._free_rows.append(row)
         self.generation += 1
         self.membership += 1
@@ -283,3 +294,48 @@ class Snapshot(NodeColumns):
 
     def set_temperature(self, row: int, celsius: float) -> None:
         self.node_temp[row] = celsius
+
+    # -- telemetry (gpusched/telemetry/ingest.py writes these) --------------------------
+
+    def _clear_readings(self, row: int) -> None:
+        for name in TELEMETRY_CARD_COLUMNS:
+            getattr(self, name)[row] = np.nan
+        self.card_sampled_at[row] = np.nan
+        self.node_temp[row] = np.nan
+        self.node_sampled_at[row] = np.nan
+
+    def set_card_reading(self, row: int, card: int, values: Sequence[float], at: float) -> None:
+        """One card's readings, in TELEMETRY_CARD_COLUMNS order, sampled at `at`. Readings
+        change no row version: nothing caches on them (plugins read them each cycle)."""
+        for name, value in zip(TELEMETRY_CARD_COLUMNS, values, strict=True):
+            getattr(self, name)[row, card] = value
+        self.card_sampled_at[row, card] = at
+
+    def expire_readings(self, before: float) -> None:
+        """Clear (NaN) every reading sampled before `before` and recompute each node's
+        hottest fresh card; a card never seen stays NaN."""
+        stale = self.card_sampled_at < before  # NaN compares False: never-seen stays as is
+        if stale.any():
+            for name in TELEMETRY_CARD_COLUMNS:
+                getattr(self, name)[stale] = np.nan
+        fresh = self.card_sampled_at >= before
+        temps = np.where(fresh, self.card_temp, np.nan)
+        known = ~np.isnan(temps).all(axis=1)
+        self.node_temp[:] = np.nan
+        self.node_temp[known] = np.nanmax(temps[known], axis=1)
+        at = np.where(fresh, self.card_sampled_at, np.nan)
+        seen = fresh.any(axis=1)
+        self.node_sampled_at[:] = np.nan
+        self.node_sampled_at[seen] = np.nanmax(at[seen], axis=1)
+
+    def set_card_sick(self, row: int, card: int, sick: bool) -> bool:
+        """Take a card out of service (or give it back) on telemetry's word; True when
+        that changed whether the card may be given out (the row is then touched, so the
+        per-row card caches recompute)."""
+        self.card_sick[row, card] = sick
+        healthy = bool(self.card_listed_healthy[row, card]) and not sick
+        if bool(self.card_healthy[row, card]) == healthy:
+            return False
+        self.card_healthy[row, card] = healthy
+        self.touch(row)
+        return True
