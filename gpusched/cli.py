@@ -239,7 +239,9 @@ def _table(results: Sequence[object]) -> Table:
         lambda r: f"{r.whole_node_success_pct:.1f}% ({r.whole_node_jobs_ok}/{r.whole_node_jobs})",
     )
     row("multi-pod jobs: pods in top rack (mean)", lambda r: f"{r.same_rack_pct:.1f}%")
-    row("hottest node at the end", lambda r: f"{r.hottest_used_c:.1f} °C")
+    row("hottest card at the end (true)", lambda r: f"{r.hottest_used_c:.1f} °C")
+    row("node-hours above the 82 °C red line", lambda r: f"{r.red_line_node_h:.2f}")
+    row("throttled GPU-hours", lambda r: f"{r.throttled_gpu_h:.2f}")
     row("scheduling time per pod", lambda r: f"{r.us_per_pod:.0f} µs")
     return table
 
@@ -287,6 +289,7 @@ def _number(
 _POSITIVE_INT = _number(int, 1, float("inf"), "a whole number >= 1")
 _NON_NEGATIVE_INT = _number(int, 0, float("inf"), "a whole number >= 0")
 _POSITIVE_FLOAT = _number(float, 1e-9, float("inf"), "a number > 0")
+_NON_NEGATIVE_FLOAT = _number(float, 0.0, float("inf"), "a number >= 0")
 _FRACTION = _number(float, 1e-9, 1.0, "a fraction in (0, 1]")
 _PORT = _number(int, 0, 65535, "a port number 0-65535 (0: off)")
 
@@ -438,6 +441,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     rep.add_argument(
         "--cluster-fraction", type=_FRACTION, default=1.0, help="share of each SKU's nodes to keep"
+    )
+    rep.add_argument(
+        "--scrape-interval",
+        type=_POSITIVE_FLOAT,
+        default=15.0,
+        help="seconds between the simulated exporter's telemetry scrapes",
+    )
+    rep.add_argument(
+        "--telemetry-delay",
+        type=_NON_NEGATIVE_FLOAT,
+        default=10.0,
+        help="seconds before a scrape is visible to the scheduler",
     )
     rep.add_argument(
         "--gangs",

@@ -35,6 +35,7 @@ from gpusched.framework.registry import Registry
 from gpusched.model.node import Card, NodeModel, Taint
 from gpusched.model.pod import Gang, GangAPI, PodInfo, PodRequest
 from gpusched.model.selector import Requirement
+from gpusched.model.telemetry import CardReading
 from gpusched.model.volume import (
     Claim,
     NodeSelectorTerm,
@@ -189,11 +190,26 @@ def rows_of(snap: Snapshot, *names: str) -> Rows:
 
 
 def ai_sim(*nodes: NodeModel, temps: dict[str, float] | None = None) -> Simulation:
-    """The built-in ai-scheduler profile over `nodes` (idle temperatures `temps`), seed 1."""
+    """The built-in ai-scheduler profile over `nodes`, seed 1; `temps`: every card of each
+    named node reads that temperature now (`read_temps`), and keeps it until it goes stale:
+    no heat model, so work placed there does not warm it."""
     reg = default_registry()
-    return Simulation(
-        nodes, builtin_profile("ai-scheduler", reg), reg, seed=1, idle_temperatures=temps
-    )
+    s = Simulation(nodes, builtin_profile("ai-scheduler", reg), reg, seed=1)
+    if temps:
+        read_temps(s, temps)
+    return s
+
+
+def read_temps(s: Simulation, temps: Mapping[str, float]) -> None:
+    """Every card of each named node reports `temps[node]` (°C), sampled at the simulator's
+    clock, through the daemon's ingestion (the snapshot's telemetry columns' only writer)."""
+    now = s.clock()
+    readings = []
+    for name, t in temps.items():
+        row = s.snapshot.row_of(name)
+        for card in range(int(s.snapshot.node_card_count[row])):
+            readings.append(CardReading(name, card, "", now, gpu_temp=t))
+    s.ingest.apply(readings, now)
 
 
 def card_free(s: Simulation, node: str) -> list[int]:

@@ -9,6 +9,10 @@ requeue, Permit waiting). Only three things differ, each the simulator's by natu
 * the clock: virtual, advanced by the caller (`advance`), which also times Permit waits out
   and flushes the backoff queue, as the daemon's 1 s ticker does (and integrates the cards
   pods waiting at Permit hold: `permit_idle_gpu_hours`);
+* GPU telemetry: given a `HeatEnvironment`, the cards heat with the work bound to them over
+  the virtual clock (sim/thermal.py) and the plugins see them only through sampled, delayed
+  readings applied by the daemon's ingestion at its refresh ticks (sim/telemetry_feed.py);
+  without one, no node reports anything (the plugins see "no data", neutral);
 * the binding cycle runs inline (its ports never suspend) instead of as an asyncio task; a
   pod parked at Permit resumes its binding cycle when the waiting pod is resolved;
 * the DisruptionPort (`InMemoryCluster` again): an eviction removes the victim as its
@@ -23,6 +27,7 @@ from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from gpusched.config.profile import Profile
+from gpusched.config.settings import Telemetry
 from gpusched.core.cache.cache import ClusterCache
 from gpusched.core.cache.snapshot import Snapshot
 from gpusched.core.events import ClusterEvents
@@ -41,7 +46,9 @@ from gpusched.model import keys
 from gpusched.model.lost_work import lost_gpu_hours
 from gpusched.model.node import NodeModel
 from gpusched.model.pod import PodInfo, parse_gpu_ids
-from gpusched.sim.thermal import ThermalModel
+from gpusched.sim.telemetry_feed import SampledTelemetry, Sampling
+from gpusched.sim.thermal import HeatEnvironment, HeatModel
+from gpusched.telemetry.ingest import TelemetryIngest
 
 T = TypeVar("T")
 
@@ -88,6 +95,8 @@ class InMemoryCluster:
         self.budgets: list[tuple[Budget, Callable[[PodInfo], bool]]] = []
         # Told of every eviction (the replay report counts them).
         self.on_evicted: Callable[[Eviction], None] | None = None
+        # Told of every pod leaving a node (deleted or evicted): its cards stop heating.
+        self.on_deleted: Callable[[PodInfo], None] | None = None
 
     async def bind(
         self, pod: PodInfo, node: str, annotations: Mapping[str, str] | None = None
@@ -118,6 +127,8 @@ class InMemoryCluster:
         self.bound.pop(pod.uid, None)
         assert self.events is not None
         self.events.pod_deleted(pod)
+        if self.on_deleted is not None:
+            self.on_deleted(pod)
 
     # -- DisruptionPort ----------------------------------------------------------------------
 
@@ -147,10 +158,11 @@ class InMemoryCluster:
 
 
 class _Observer(Observer):
-    """Heats a node when a pod binds there, and tells the simulation's caller."""
+    """Starts a bound pod's work on its cards (the heat model), and tells the simulation's
+    caller."""
 
-    def __init__(self, thermal: ThermalModel) -> None:
-        self.thermal = thermal
+    def __init__(self, on_started: Callable[[Decision], None]) -> None:
+        self.on_started = on_started
         self.on_bound: Callable[[Decision], None] | None = None
         self.errors = 0
         # ScheduleOne logs and swallows a failing report (the daemon must go on); the
@@ -168,8 +180,7 @@ class _Observer(Observer):
         if outcome in (Outcome.ERROR, Outcome.BIND_FAILED):
             self.errors += 1
         if outcome is Outcome.BOUND:
-            if decision.alloc is not None:
-                self.thermal.update(decision.alloc.row)
+            self.on_started(decision)
             if self.on_bound is not None:
                 try:
                     self.on_bound(decision)
@@ -185,7 +196,9 @@ class Simulation:
         registry: Registry,
         *,
         seed: int = 0,
-        idle_temperatures: Mapping[str, float] | None = None,
+        heat: HeatEnvironment | None = None,
+        sampling: Sampling | None = None,
+        telemetry: Telemetry | None = None,
         max_cards: int = 8,
         tie_break: TieBreak | None = None,
         gangs: GangPort = NO_GANGS,
@@ -193,7 +206,10 @@ class Simulation:
         tenancy: TenancyPort = NO_TENANCY,
     ) -> None:
         """`tenancy`: tenants and their quotas (a StaticTenancy: namespaces to tenants,
-        TenantQuota per tenant), so ElasticQuota is simulated as it runs in the daemon."""
+        TenantQuota per tenant), so ElasticQuota is simulated as it runs in the daemon.
+        `heat`: the GPU nodes' physical sites (sim/thermal.py), `sampling` how their
+        readings are scraped (sim/telemetry_feed.py), `telemetry` the daemon's telemetry
+        settings (refresh interval, staleness, health limits)."""
         node_list = list(nodes)
         self.clock = VirtualClock()
         self.cache = ClusterCache(Snapshot(max_cards, capacity=max(64, len(node_list))))
@@ -238,9 +254,22 @@ class Simulation:
         self.cluster.events = self.events
         for node in node_list:
             self.events.node_changed(node)  # the daemon's node watch, at start-up
-        # Without idle temperatures the nodes report none (NaN): Thermal scores neutral.
-        self.thermal = ThermalModel(self.cache.snapshot, idle_temperatures or {})
-        self.observer = _Observer(self.thermal)
+        settings = telemetry or Telemetry()
+        # The daemon's ingestion: the only writer of the snapshot's telemetry columns.
+        self.ingest = TelemetryIngest(self.cache.snapshot, settings)
+        self.heat: HeatModel | None = None
+        self.feed: SampledTelemetry | None = None
+        if heat is not None:
+            self.heat = HeatModel(self.cache.snapshot, heat)
+            self.feed = SampledTelemetry(
+                self.heat,
+                self.ingest,
+                sampling or Sampling(),
+                refresh_s=settings.interval_seconds,
+                seed=heat.seed,
+            )
+        self.cluster.on_deleted = self._stopped
+        self.observer = _Observer(self._started)
         self.schedule_one = ScheduleOne(
             {self.name: self.fw},
             self.cache,
@@ -255,6 +284,26 @@ class Simulation:
         # virtual clock by `advance` (a gang's members waiting for the rest hold idle cards).
         self._permit_held: dict[str, int] = {}
         self._permit_idle_milli_s = 0.0
+
+    def _started(self, decision: Decision) -> None:
+        alloc = decision.alloc
+        if self.heat is not None and alloc is not None:
+            self.advance_heat(self.clock())
+            self.heat.bind(decision.pod.uid, alloc.node, alloc.cards, alloc.milli)
+
+    def _stopped(self, pod: PodInfo) -> None:
+        if self.heat is not None:
+            self.advance_heat(self.clock())
+            self.heat.release(pod.uid)
+
+    def advance_heat(self, t: float) -> None:
+        """Run the cards and their telemetry (scrapes, the daemon's refresh) to `t`
+        without the scheduling loop: a caller removing pods at `t` before `advance(t)`
+        calls this first, so they stop heating at `t`. Never goes back."""
+        if self.heat is not None and self.feed is not None and t > self.heat.t:
+            # The exporter scrapes and the daemon refreshes up to `t`, then the cards run.
+            self.feed.advance(t)
+            self.heat.advance_to(t)
 
     def on_bound(self, callback: Callable[[Decision], None] | None) -> None:
         """Call `callback` with the decision of every pod the loop binds (also pods retried
@@ -376,6 +425,7 @@ class Simulation:
                 wp = self.fw.waiting.get(uid)
                 until = min(t, wp.deadline) if wp is not None else t
                 self._permit_idle_milli_s += milli * max(0.0, until - now)
+        self.advance_heat(t)
         self.clock.advance_to(t)
         for waiting in self.fw.waiting:
             waiting.check_timeout(self.clock())
@@ -410,8 +460,6 @@ class Simulation:
             self.withdraw(uid)
             return
         self.cluster.delete(entry.pod)
-        if entry.alloc is not None:
-            self.thermal.update(entry.alloc.row)
 
 
 def run_sync(coro: Coroutine[Any, Any, T]) -> T:

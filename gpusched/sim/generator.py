@@ -20,7 +20,14 @@ import numpy as np
 from gpusched.model import keys
 from gpusched.model.node import Card, NodeModel
 from gpusched.model.pod import Gang, GangAPI, NVLink, PodInfo, PodRequest
-from gpusched.sim.thermal import HOT_AMBIENT_C, IDLE_RISE_C, NORMAL_AMBIENT_C
+from gpusched.sim.thermal import (
+    HOT_INLET_C,
+    NODE_OFFSET_SD_C,
+    NORMAL_INLET_C,
+    RACK_INLET_SD_C,
+    HeatEnvironment,
+    Site,
+)
 
 GIB = 1024**3
 
@@ -45,8 +52,8 @@ CPU = NodeKind("cpu", 0, "", 0, 1, 64_000, 256)
 @dataclass(frozen=True, slots=True)
 class Fleet:
     nodes: tuple[NodeModel, ...]
-    # Idle temperature of each GPU node (°C); the thermal model adds the load.
-    idle_temperatures: dict[str, float]
+    # Where each GPU node sits (inlet air, offset): the heat model's input (sim/thermal.py).
+    heat: HeatEnvironment
 
     @property
     def gpu_milli_capacity(self) -> int:
@@ -68,13 +75,14 @@ def generate_fleet(
     counts[0] += racks - counts.sum()
     rack_kinds = [k for k, c in zip(kinds, counts, strict=True) for _ in range(int(c))]
     nodes: list[NodeModel] = []
-    temps: dict[str, float] = {}
+    sites: dict[str, Site] = {}
+    inlet_rng = np.random.default_rng([seed, 0x1E7])
     for r, kind in enumerate(rack_kinds):
         rack = f"rack-{r:02d}"
         spine = f"spine-{r // racks_per_spine}"
         # A few racks sit near the hot aisle (see sim/thermal.py for the model).
         hot = rng.random() < 0.2
-        base = (HOT_AMBIENT_C if hot else NORMAL_AMBIENT_C) + IDLE_RISE_C
+        inlet = (HOT_INLET_C if hot else NORMAL_INLET_C) + inlet_rng.normal(0.0, RACK_INLET_SD_C)
         for i in range(nodes_per_rack):
             name = f"{kind.prefix}-{r:02d}-{i:02d}"
             cards = tuple(
@@ -112,8 +120,8 @@ def generate_fleet(
                 )
             )
             if kind.cards:
-                temps[name] = float(base + rng.normal(0.0, 2.0))
-    return Fleet(tuple(nodes), temps)
+                sites[name] = Site(float(inlet), float(NODE_OFFSET_SD_C * rng.normal()))
+    return Fleet(tuple(nodes), HeatEnvironment(sites, seed))
 
 
 def _pod(

@@ -12,8 +12,10 @@
 * **Nodes and racks.** The trace's GPU nodes, grouped by SKU (model, GPU count), are racked
   ``nodes_per_rack`` to a rack, ``racks_per_spine`` racks to a spine; the seed shuffles the
   SKU order and the nodes within a SKU, and picks the hot racks (each with probability
-  ``hot_rack_share``). Idle temperature = rack ambient (25 °C, hot 31 °C) + 10 °C idle rise +
-  a per-node offset N(0, 2 °C); the engine's ThermalModel adds 40 °C x GPU allocation.
+  ``hot_rack_share``). Each rack's inlet air is 24 °C (hot: 32 °C) + N(0, 1 °C), each node
+  has an offset N(0, 1.5 °C); the cards heat with the work bound to them through the
+  simulator's heat model (sim/thermal.py), and the plugins see them only through sampled,
+  delayed readings (sim/telemetry_feed.py; docs/telemetry-simheat.md).
 * **Jobs.** The trace has no job ids. Pods of the same shape (cpu, memory, GPUs, milli, spec,
   qos) created within ``job_window_s`` of the previous such pod form one job (a distributed
   job submits its workers together); every other pod is a job of one pod. A multi-pod job's
@@ -28,12 +30,15 @@
   trace deletion time passes, whichever comes first (pods still waiting at the end
   included).
 * **Figures.** Whole-card job success (all pods of a whole-card job started within the
-  timeout); hottest node temperature (max over time and nodes, and the time-weighted p99 of
-  the hottest node); same-rack share (multi-pod jobs whose pods all started: share in the
+  timeout); hottest node temperature (the model's true card temperatures, not the
+  readings: max over time and nodes, and the time-weighted p99 of the hottest node at the
+  events); node-hours with some card above the red line (82 °C) and their share of all GPU
+  node-hours; throttled GPU-hours (cards' worth of allocation held at max operating
+  temperature); same-rack share (multi-pod jobs whose pods all started: share in the
   most common rack); gang temperature spread (multi-pod jobs, while all their pods run: max -
   min of their distinct nodes' temperatures as % of those nodes' mean, time-averaged over the
   job's own run, not clipped to the window: the step-time jitter proxy, a synchronous step
-  waits for its hottest, most throttled worker); GPU allocation (time-weighted mean).
+  waits for its hottest, most throttled worker; a node's temperature is its hottest card's); GPU allocation (time-weighted mean).
 * **Gang figures** (multi-pod jobs, gang-bound or not): jobs completed (every pod started)
   of those submitted; partial starts (some but not all pods ever started: 0 under a gang
   policy); gang wait (arrival of the last pod -> the last pod started, over completed
@@ -45,6 +50,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import math
 import time
@@ -63,6 +69,7 @@ from gpusched.core.schedule_one import Decision
 from gpusched.framework.registry import Registry
 from gpusched.sim.engine import Simulation
 from gpusched.sim.openb import TraceNode, TracePod
+from gpusched.sim.telemetry_feed import Sampling
 from gpusched.sim.replay_workload import (
     Layout,
     ReplayConfig,
@@ -75,19 +82,31 @@ POLICIES: tuple[str, ...] = ("ai-scheduler", "least-allocated", "most-allocated"
 # A built-in profile with GangScheduling disabled (PrioritySort sorts the queue): what
 # kube-scheduler does with gang pods it does not understand. Run only when named.
 NO_GANG = "-nogang"
-EXTRA_POLICIES: tuple[str, ...] = tuple(p + NO_GANG for p in POLICIES)
+# ai-scheduler with the Thermal plugin's filter and score disabled: what the thermal terms
+# buy (the heat figures) and cost (GPU allocation). Run only when named.
+NO_THERMAL = "-nothermal"
+EXTRA_POLICIES: tuple[str, ...] = (
+    *(p + NO_GANG for p in POLICIES),
+    "ai-scheduler" + NO_THERMAL,
+)
 
 
 def policy_profile(name: str, registry: Registry) -> Profile:
-    """A replay policy's profile: a built-in one, or a built-in one + `-nogang`."""
-    if not name.endswith(NO_GANG):
+    """A replay policy's profile: a built-in one, or a built-in one + `-nogang` or
+    `-nothermal`."""
+    for suffix in (NO_GANG, NO_THERMAL):
+        if name.endswith(suffix):
+            break
+    else:
         return builtin_profile(name, registry)
-    base = name.removesuffix(NO_GANG)
-    doc = builtin_document(base)
+    doc = builtin_document(name.removesuffix(suffix))
     raw = doc["profiles"][0]
     plugins = raw.setdefault("plugins", {})
-    plugins["multiPoint"] = {"disabled": [{"name": "GangScheduling"}]}
-    plugins["queueSort"] = {"enabled": [{"name": "PrioritySort"}]}
+    if suffix == NO_GANG:
+        plugins["multiPoint"] = {"disabled": [{"name": "GangScheduling"}]}
+        plugins["queueSort"] = {"enabled": [{"name": "PrioritySort"}]}
+    else:
+        plugins["multiPoint"] = {"disabled": [{"name": "Thermal"}]}
     raw["schedulerName"] = name
     return config_from_dict(doc, registry).profiles[0]
 
@@ -112,6 +131,9 @@ class ReplayRun:
     jitter_jobs: int
     hottest_max_c: float
     hottest_p99_c: float
+    red_line_node_h: float  # GPU node-hours with some card above the red line
+    red_line_pct: float  # ... as % of all GPU node-hours
+    throttled_gpu_h: float  # cards' worth of allocation x hours held at max operating
     gpu_alloc_mean_pct: float
     gpu_alloc_peak_pct: float
     mean_wait_s: float
@@ -171,11 +193,14 @@ def replay(
         warm = Simulation(layout.nodes, profile, registry, seed=seed)
         for p in wl.pods[:32]:
             warm.arrive(p.info)
+    sampling = Sampling(scrape_interval_s=cfg.scrape_interval_s, delay_s=cfg.telemetry_delay_s)
     sim = Simulation(
-        layout.nodes, profile, registry, seed=seed, idle_temperatures=layout.idle_temperatures
+        layout.nodes, profile, registry, seed=seed, heat=layout.heat, sampling=sampling
     )
+    heat = sim.heat
+    assert heat is not None
+    rows_of_heat = {int(r): i for i, r in enumerate(heat.rows)}
     snap = sim.snapshot
-    gpu_rows = np.flatnonzero(snap.node_valid[: snap.capacity] & (snap.node_card_count > 0))
     capacity = snap.gpu_milli_capacity()
     pods = wl.pods
     n = len(pods)
@@ -208,8 +233,7 @@ def replay(
     t_start, t_end = wl.window
 
     def hottest() -> float:
-        temps = snap.node_temp[gpu_rows]
-        return float(np.nanmax(temps)) if np.isfinite(temps).any() else math.nan
+        return heat.hottest()  # the cards' true temperatures, not the readings
 
     def started(d: Decision) -> None:
         """The loop bound a pod: at its arrival, or later, retried after an event."""
@@ -233,7 +257,10 @@ def replay(
                 partial_held[p.job] = partial_held.get(p.job, 0) + int(held[i])
                 partial_milli += int(held[i])
             if to_start[p.job] == 0 and p.job not in broken_jobs:
-                running_jobs[p.job] = np.unique(row_of[np.asarray(job_pods[p.job])])
+                rows = np.unique(row_of[np.asarray(job_pods[p.job])])
+                running_jobs[p.job] = np.asarray(
+                    [rows_of_heat.get(int(r), -1) for r in rows], np.int64
+                )
 
     sim.on_bound(started)
 
@@ -249,15 +276,26 @@ def replay(
         dt = min(t, t_end) - max(now, t_start)
         if dt > 0:
             alloc_area += used * dt
-            h = hottest()
+            # Each card is monotone between events: the node's hottest over the segment is
+            # at one of its ends.
+            end, _ = heat.temps_after(t - heat.t)
+            h = max(hottest(), float(heat.node_hottest(end).max()) if len(heat.names) else h0)
             hot_t.append(h)
             hot_w.append(dt)
         # The gang spread is per job, over the job's whole run (all its pods running).
         run_dt = t - now
         if run_dt > 0:
             partial_area += partial_milli * run_dt
+            # The spread at the segment's midpoint stands for the segment.
+            node_temps = (
+                heat.node_hottest(heat.temps_after(now + run_dt / 2 - heat.t)[0])
+                if running_jobs
+                else None
+            )
             for job, rows in running_jobs.items():
-                temps = snap.node_temp[rows]
+                if node_temps is None or (rows < 0).any():
+                    continue  # a node without sensors: no spread to measure
+                temps = node_temps[rows]
                 mean = float(temps.mean())
                 if mean > 0 and np.isfinite(mean):
                     spread = 100.0 * float(temps.max() - temps.min()) / mean
@@ -265,7 +303,9 @@ def replay(
                     spread_time[job] = spread_time.get(job, 0.0) + run_dt
         now = max(now, t)
 
-    hottest_max = hottest()
+    hottest_max = h0 = hottest()
+    at_start = dataclasses.replace(heat.totals)
+    at_end = dataclasses.replace(heat.totals)
     t0 = time.perf_counter()
     a = 0
     inf = math.inf
@@ -281,6 +321,8 @@ def replay(
         account(t)
         if t == t_depart:
             # Departures first at equal times; the capacity they free moves waiting pods.
+            # Their cards worked until now.
+            sim.advance_heat(t)
             while departures and departures[0][0] == t:
                 _, i = heapq.heappop(departures)
                 sim.delete(pods[i].info.uid)
@@ -321,6 +363,11 @@ def replay(
             if after is not None and after <= t:
                 raise RuntimeError(f"replay: the queue's wakeup at {t} did nothing; stopping")
         hottest_max = max(hottest_max, hottest())
+        # The heat totals over the window (its ends are events: a departure, an arrival).
+        if heat.t <= t_start:
+            at_start = dataclasses.replace(heat.totals)
+        if heat.t <= t_end:
+            at_end = dataclasses.replace(heat.totals)
     seconds = time.perf_counter() - t0
     # Pods still waiting at the end never start (nothing changes after the last event):
     # each is counted by the deadline it reaches first, withdrawal or timeout.
@@ -376,6 +423,15 @@ def replay(
         jitter_jobs=len(spreads),
         hottest_max_c=hottest_max,
         hottest_p99_c=_weighted_quantile(hot_arr[ok_h], w_arr[ok_h], 0.99),
+        red_line_node_h=(at_end.red_line_node_s - at_start.red_line_node_s) / 3600.0,
+        red_line_pct=(
+            100.0
+            * (at_end.red_line_node_s - at_start.red_line_node_s)
+            / (at_end.node_s - at_start.node_s)
+            if at_end.node_s > at_start.node_s
+            else 0.0
+        ),
+        throttled_gpu_h=(at_end.throttled_gpu_s - at_start.throttled_gpu_s) / 3600.0,
         gpu_alloc_mean_pct=100.0 * alloc_area / span / capacity if span > 0 and capacity else 0.0,
         gpu_alloc_peak_pct=100.0 * peak / capacity if capacity else 0.0,
         mean_wait_s=float(waits.mean()) if len(waits) else math.nan,

@@ -37,6 +37,9 @@ METRICS: tuple[tuple[str, str, str], ...] = (
     ("whole_success_pct", "whole-card job success", "{:.1f}%"),
     ("hottest_max_c", "hottest node, max over time", "{:.1f} °C"),
     ("hottest_p99_c", "hottest node, p99 over time", "{:.1f} °C"),
+    ("red_line_node_h", "node-hours above the 82 °C red line", "{:.1f}"),
+    ("red_line_pct", "share of GPU node-hours above the red line", "{:.2f}%"),
+    ("throttled_gpu_h", "throttled GPU-hours (held at 87 °C)", "{:.1f}"),
     ("same_rack_pct", "multi-pod job: pods in its top rack", "{:.1f}%"),
     ("jitter_pct", "gang temp. spread (jitter proxy), mean", "{:.1f}%"),
     ("jitter_p90_pct", "gang temp. spread, p90 of jobs", "{:.1f}%"),
@@ -145,6 +148,8 @@ def to_json(
             "racks_per_spine": cfg.racks_per_spine,
             "hot_rack_share": cfg.hot_rack_share,
             "gangs": cfg.gangs,
+            "scrape_interval_s": cfg.scrape_interval_s,
+            "telemetry_delay_s": cfg.telemetry_delay_s,
         },
         "workload": {
             "pods": len(wl.pods),
@@ -190,6 +195,8 @@ def replay_main(args: Any) -> int:
         time_compression=args.time_compression,
         cluster_fraction=args.cluster_fraction,
         gangs=bool(getattr(args, "gangs", False)),
+        scrape_interval_s=getattr(args, "scrape_interval", 15.0),
+        telemetry_delay_s=getattr(args, "telemetry_delay", 10.0),
     )
     trace = load_trace(args.trace_dir, args.pods)
     seeds = parse_seeds(args.seeds or "1")
@@ -197,7 +204,8 @@ def replay_main(args: Any) -> int:
     def on_run(run: ReplayRun) -> None:
         console.print(
             f"  {run.policy:<16} seed {run.seed}: whole-card success {run.whole_success_pct:5.1f}%"
-            f"  hottest {run.hottest_max_c:5.1f} °C  {run.seconds:5.2f} s"
+            f"  hottest {run.hottest_max_c:5.1f} °C  throttled {run.throttled_gpu_h:.1f} GPU-h"
+            f"  {run.seconds:5.2f} s"
             f"  {run.us_per_pod:4.0f} µs/pod"
             f"  multi-pod jobs completed {run.jobs_completed}/{run.multi_jobs},"
             f" partial {run.partial_jobs}"

@@ -1,5 +1,6 @@
 """Replay mode's model of the trace: its pods as arrivals and departures with inferred jobs,
-and the trace's GPU nodes racked with idle temperatures. The run over them is
+and the trace's GPU nodes racked, with their physical sites (inlet air, offsets) for the heat
+model. The run over them is
 gpusched/sim/replay.py; docs/replay-results.md gives every rule.
 """
 
@@ -18,10 +19,15 @@ from gpusched.model import keys
 from gpusched.model.node import NodeModel
 from gpusched.model.pod import Gang, GangAPI, PodInfo
 from gpusched.sim.openb import TraceNode, TracePod
-from gpusched.sim.thermal import HOT_AMBIENT_C, IDLE_RISE_C, NORMAL_AMBIENT_C
+from gpusched.sim.thermal import (
+    HOT_INLET_C,
+    NODE_OFFSET_SD_C,
+    NORMAL_INLET_C,
+    RACK_INLET_SD_C,
+    HeatEnvironment,
+    Site,
+)
 from gpusched.sim.trace_cluster import node_model, pod_info
-
-NODE_OFFSET_SD_C = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,8 +42,14 @@ class ReplayConfig:
     # Every multi-pod job becomes a gang (annotation API: scheduling.ai/gang-name = the job,
     # gang-total = its size, so minMember = the job's size): all its pods start or none.
     gangs: bool = False
+    # Telemetry as the daemon sees it (sim/telemetry_feed.py): the exporter's scrape
+    # interval and how long a scrape takes to become visible to the daemon's query.
+    scrape_interval_s: float = 15.0
+    telemetry_delay_s: float = 10.0
 
     def __post_init__(self) -> None:
+        if not self.scrape_interval_s > 0 or self.telemetry_delay_s < 0:
+            raise ValueError("scrape_interval_s must be > 0 and telemetry_delay_s >= 0")
         if not 0 < self.cluster_fraction <= 1:
             raise ValueError("cluster_fraction must be in (0, 1]")
         if self.time_compression <= 0:
@@ -206,7 +218,7 @@ def offered_load(wl: ReplayWorkload, capacity_milli: int) -> float:
 @dataclass(frozen=True, slots=True)
 class Layout:
     nodes: tuple[NodeModel, ...]
-    idle_temperatures: dict[str, float]
+    heat: HeatEnvironment
     hot_racks: frozenset[str]
 
     @property
@@ -215,8 +227,11 @@ class Layout:
 
 
 def rack_layout(nodes: Sequence[TraceNode], seed: int, cfg: ReplayConfig) -> Layout:
-    """GPU nodes racked by SKU, the seed choosing the order, the hot racks and the offsets."""
+    """GPU nodes racked by SKU, the seed choosing the order, the hot racks, each rack's
+    inlet air and each node's offset."""
     rng = np.random.default_rng(seed)
+    # Inlets from their own stream: the racking draws stay those of the earlier model.
+    inlet_rng = np.random.default_rng([seed, 0x1E7])
     skus: dict[tuple[str, int], list[TraceNode]] = {}
     for n in nodes:
         if n.gpu > 0:
@@ -224,7 +239,7 @@ def rack_layout(nodes: Sequence[TraceNode], seed: int, cfg: ReplayConfig) -> Lay
     keys = sorted(skus)
     order = rng.permutation(len(keys))
     out: list[NodeModel] = []
-    idle: dict[str, float] = {}
+    sites: dict[str, Site] = {}
     hot: set[str] = set()
     r = 0
     for k in order:
@@ -237,10 +252,12 @@ def rack_layout(nodes: Sequence[TraceNode], seed: int, cfg: ReplayConfig) -> Lay
             is_hot = bool(rng.random() < cfg.hot_rack_share)
             if is_hot:
                 hot.add(rack)
-            ambient = HOT_AMBIENT_C if is_hot else NORMAL_AMBIENT_C
+            inlet = (HOT_INLET_C if is_hot else NORMAL_INLET_C) + inlet_rng.normal(
+                0.0, RACK_INLET_SD_C
+            )
             for i in perm[start : start + cfg.nodes_per_rack]:
                 n = group[int(i)]
                 out.append(node_model(n, rack=rack, spine=spine))
-                idle[n.sn] = float(ambient + IDLE_RISE_C + rng.normal(0.0, NODE_OFFSET_SD_C))
+                sites[n.sn] = Site(float(inlet), float(NODE_OFFSET_SD_C * rng.normal()))
             r += 1
-    return Layout(tuple(out), idle, frozenset(hot))
+    return Layout(tuple(out), HeatEnvironment(sites, seed), frozenset(hot))

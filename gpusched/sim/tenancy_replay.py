@@ -227,7 +227,7 @@ def replay_tenancy(
         profile,
         registry,
         seed=seed,
-        idle_temperatures=layout.idle_temperatures,
+        heat=layout.heat,
         tenancy=tenancy,
     )
     capacity = sim.snapshot.gpu_milli_capacity()
@@ -391,6 +391,7 @@ def replay_tenancy(
             break
         account(t)
         if t == t_depart:
+            sim.advance_heat(t)  # the leaving pods' cards worked until now
             while departures and departures[0][0] == t:
                 _, uid = heapq.heappop(departures)
                 i = index_of[uid]

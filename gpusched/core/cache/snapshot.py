@@ -292,9 +292,6 @@ class Snapshot(NodeColumns):
             self.card_free_mem[row, c] -= sign * mm
         self.touch(row)
 
-    def set_temperature(self, row: int, celsius: float) -> None:
-        self.node_temp[row] = celsius
-
     # -- telemetry (gpusched/telemetry/ingest.py writes these) --------------------------
 
     def _clear_readings(self, row: int) -> None:

@@ -21,7 +21,7 @@ def test_fleet_is_heterogeneous_and_racked() -> None:
     assert set(kinds) == {(8, 81559), (8, 32768), (2, 15360), (0, 0)}
     assert len({n.rack for n in fleet.nodes}) == 8
     assert all(n.spine for n in fleet.nodes)
-    assert set(fleet.idle_temperatures) == {n.name for n in fleet.nodes if n.gpu_count}
+    assert set(fleet.heat.sites) == {n.name for n in fleet.nodes if n.gpu_count}
 
 
 def test_workload_reaches_the_requested_demand() -> None:

@@ -40,6 +40,6 @@ def test_layout_racks_by_sku_and_fraction() -> None:
     for n in layout.nodes:
         same = {m.cards[0].model for m in layout.nodes if m.rack == n.rack}
         assert len(same) == 1
-    assert set(layout.idle_temperatures) == {n.name for n in layout.nodes}
+    assert set(layout.heat.sites) == {n.name for n in layout.nodes}
     small = rack_layout(nodes, 1, dataclasses.replace(cfg, cluster_fraction=0.1))
     assert sorted(n.gpu_count for n in small.nodes) == [2, 8, 8]

@@ -9,7 +9,7 @@ from gpusched.core.schedule_one import Result
 from gpusched.framework import CycleState
 from gpusched.plugins.thermal import Thermal
 from gpusched.plugins.thermal.args import ThermalArgs
-from tests.builders import ai_pod, ai_sim, gpu_node
+from tests.builders import ai_pod, ai_sim, gpu_node, read_temps
 
 
 def test_thermal_red_line_filter_and_projection() -> None:
@@ -39,8 +39,7 @@ def test_thermal_scores_neutral_without_data_and_ramps_to_red_line() -> None:
         gpu_node("d", cards=4),
     )
     snap = s.snapshot
-    for name, t in (("a", 60.0), ("b", 78.5), ("c", 90.0)):
-        snap.set_temperature(snap.row_of(name), t)
+    read_temps(s, {"a": 60.0, "b": 78.5, "c": 90.0})
     plugin = Thermal(ThermalArgs(), s.handle)
     rows = np.array([snap.row_of(n) for n in "abcd"], np.intp)
     scores = plugin.score(CycleState(), ai_pod("cpu"), rows)

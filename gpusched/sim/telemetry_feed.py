@@ -1,0 +1,133 @@
+"""What the daemon would see of the simulator's heat model: readings sampled every scrape
+interval, visible after a delay, with sensor noise, applied through the daemon's own
+ingestion (gpusched/telemetry/ingest.py) at its refresh ticks on the virtual clock.
+
+- **Scrapes.** At every multiple of `scrape_interval_s` the exporter samples each card: GPU
+  and memory temperature (sensor noise, then DCGM's whole degrees), power (relative noise),
+  the power limit (TDP) and utilisation. A scrape inside an outage window produces nothing
+  (the exporter is down): its cards' last readings age and go stale.
+- **Delay.** A scrape is visible `delay_s` after it was taken (Prometheus ingestion, the
+  query path); its readings carry the scrape time, so their age is honest.
+- **Refresh.** Every `Telemetry.interval_seconds` the daemon's refresh task reads the newest
+  visible scrape and applies it (`TelemetryIngest.apply(readings, now)`): staleness, node
+  states and card health are the daemon's rules. The simulator runs the last refresh tick
+  before each scheduling step; the ticks in between change nothing a plugin reads (the
+  ingestion keeps each card's newest reading), except memory-temperature health, judged
+  only on the readings the simulator applies.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from gpusched.model.telemetry import CardReading
+from gpusched.sim.thermal import HBM_RISE_C, HeatModel
+from gpusched.telemetry.ingest import IngestReport, TelemetryIngest
+
+
+@dataclass(frozen=True, slots=True)
+class Sampling:
+    scrape_interval_s: float = 15.0
+    delay_s: float = 10.0
+    temp_noise_c: float = 0.5  # sensor noise (sd) before rounding to whole degrees
+    power_noise: float = 0.02  # relative sd of the power reading
+    # Windows [start, end) of virtual time in which the exporter takes no scrape.
+    outages: tuple[tuple[float, float], ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.scrape_interval_s > 0:
+            raise ValueError("scrape_interval_s must be > 0")
+        if self.delay_s < 0:
+            raise ValueError("delay_s must be >= 0")
+
+    def down(self, t: float) -> bool:
+        return any(a <= t < b for a, b in self.outages)
+
+
+class SampledTelemetry:
+    """Scrapes the heat model and feeds the ingestion; `advance(t)` before the heat model
+    moves to `t`."""
+
+    def __init__(
+        self,
+        heat: HeatModel,
+        ingest: TelemetryIngest,
+        sampling: Sampling,
+        *,
+        refresh_s: float,
+        seed: int = 0,
+    ) -> None:
+        self.heat = heat
+        self.ingest = ingest
+        self.sampling = sampling
+        self.refresh_s = refresh_s
+        self.rng = np.random.default_rng([seed, 0x5C2A])
+        self._pending: list[tuple[float, list[CardReading]]] = []  # (scrape time, readings)
+        self._last_scrape = -math.inf  # newest scrape taken
+        self._last_refresh = -math.inf
+        self.last_report: IngestReport | None = None
+        self.refreshes = 0  # refresh ticks run
+        self.delivered = 0  # readings handed to the ingestion
+
+    def advance(self, t: float) -> None:
+        s = self.sampling
+        interval = s.scrape_interval_s
+        now = self.heat.t
+        tick = math.floor(t / self.refresh_s) * self.refresh_s
+        # Scrapes in (model time, t]: only those that may still be the newest visible one at
+        # this or a later refresh tick are taken (older ones would be superseded unread).
+        oldest = max(now, tick - s.delay_s - interval, self._last_scrape)
+        k = math.floor(oldest / interval) + 1
+        while k * interval <= t:
+            at = k * interval
+            if not s.down(at):
+                self._pending.append((at, self._scrape(at)))
+            self._last_scrape = at
+            k += 1
+        if tick > self._last_refresh:
+            self._refresh(tick)
+
+    def _scrape(self, at: float) -> list[CardReading]:
+        heat = self.heat
+        temp, _ = heat.temps_after(at - heat.t)
+        s = self.sampling
+        shape = temp.shape
+        core = np.round(temp + self.rng.normal(0.0, s.temp_noise_c, shape))
+        memory = np.round(
+            temp + HBM_RISE_C * heat.activity + self.rng.normal(0.0, s.temp_noise_c, shape)
+        )
+        power = heat.power_w(temp) * (1.0 + self.rng.normal(0.0, s.power_noise, shape))
+        util = np.round(100.0 * heat.activity)
+        out: list[CardReading] = []
+        for i, name in enumerate(heat.names):
+            for j in np.flatnonzero(heat.present[i]).tolist():
+                out.append(
+                    CardReading(
+                        name,
+                        j,
+                        "",
+                        at,
+                        gpu_temp=float(core[i, j]),
+                        memory_temp=float(memory[i, j]),
+                        power_w=float(power[i, j]),
+                        power_limit_w=float(heat.tdp_w[i, j]),
+                        util_pct=float(util[i, j]),
+                    )
+                )
+        return out
+
+    def _refresh(self, tick: float) -> None:
+        """The daemon's refresh at `tick`: the newest scrape visible by then, if any."""
+        self._last_refresh = tick
+        visible = [p for p in self._pending if p[0] + self.sampling.delay_s <= tick]
+        readings: list[CardReading] = []
+        if visible:
+            newest = visible[-1][0]
+            readings = visible[-1][1]
+            self._pending = [p for p in self._pending if p[0] > newest]
+        self.refreshes += 1
+        self.delivered += len(readings)
+        self.last_report = self.ingest.apply(readings, tick)
