@@ -38,7 +38,8 @@
   most common rack); gang temperature spread (multi-pod jobs, while all their pods run: max -
   min of their distinct nodes' temperatures as % of those nodes' mean, time-averaged over the
   job's own run, not clipped to the window: the step-time jitter proxy, a synchronous step
-  waits for its hottest, most throttled worker; a node's temperature is its hottest card's); GPU allocation (time-weighted mean).
+  waits for its hottest, most throttled worker; a node's temperature is its hottest
+  card's); GPU allocation (time-weighted mean).
 * **Gang figures** (multi-pod jobs, gang-bound or not): jobs completed (every pod started)
   of those submitted; partial starts (some but not all pods ever started: 0 under a gang
   policy); gang wait (arrival of the last pod -> the last pod started, over completed
@@ -69,7 +70,6 @@ from gpusched.core.schedule_one import Decision
 from gpusched.framework.registry import Registry
 from gpusched.sim.engine import Simulation
 from gpusched.sim.openb import TraceNode, TracePod
-from gpusched.sim.telemetry_feed import Sampling
 from gpusched.sim.replay_workload import (
     Layout,
     ReplayConfig,
@@ -77,6 +77,7 @@ from gpusched.sim.replay_workload import (
     build_workload,
     rack_layout,
 )
+from gpusched.sim.telemetry_feed import Sampling
 
 POLICIES: tuple[str, ...] = ("ai-scheduler", "least-allocated", "most-allocated")
 # A built-in profile with GangScheduling disabled (PrioritySort sorts the queue): what

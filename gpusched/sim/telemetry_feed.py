@@ -47,6 +47,13 @@ class Sampling:
         return any(a <= t < b for a, b in self.outages)
 
 
+@dataclass(frozen=True, slots=True)
+class _Scrape:
+    at: float
+    # Per present card: GPU temperature, memory temperature, power, power limit, utilisation.
+    columns: tuple[list[float], list[float], list[float], list[float], list[float]]
+
+
 class SampledTelemetry:
     """Scrapes the heat model and feeds the ingestion; `advance(t)` before the heat model
     moves to `t`."""
@@ -65,7 +72,13 @@ class SampledTelemetry:
         self.sampling = sampling
         self.refresh_s = refresh_s
         self.rng = np.random.default_rng([seed, 0x5C2A])
-        self._pending: list[tuple[float, list[CardReading]]] = []  # (scrape time, readings)
+        self._pending: list[_Scrape] = []  # taken, not yet superseded nor delivered
+        # The present cards, in the heat model's order: (node, card slot).
+        self._where = np.nonzero(heat.present)
+        self._cards = [
+            (heat.names[i], j)
+            for i, j in zip(self._where[0].tolist(), self._where[1].tolist(), strict=True)
+        ]
         self._last_scrape = -math.inf  # newest scrape taken
         self._last_refresh = -math.inf
         self.last_report: IngestReport | None = None
@@ -79,18 +92,21 @@ class SampledTelemetry:
         tick = math.floor(t / self.refresh_s) * self.refresh_s
         # Scrapes in (model time, t]: only those that may still be the newest visible one at
         # this or a later refresh tick are taken (older ones would be superseded unread).
-        oldest = max(now, tick - s.delay_s - interval, self._last_scrape)
-        k = math.floor(oldest / interval) + 1
+        k = math.ceil(max(now, tick - s.delay_s - interval) / interval)
+        if k * interval <= self._last_scrape:
+            k = math.floor(self._last_scrape / interval) + 1
         while k * interval <= t:
             at = k * interval
             if not s.down(at):
-                self._pending.append((at, self._scrape(at)))
+                self._pending.append(self._scrape(at))
             self._last_scrape = at
             k += 1
         if tick > self._last_refresh:
             self._refresh(tick)
 
-    def _scrape(self, at: float) -> list[CardReading]:
+    def _scrape(self, at: float) -> _Scrape:
+        """The cards' readings at `at` (the heat model's inputs unchanged since its time),
+        kept as arrays: most scrapes are superseded before any refresh reads them."""
         heat = self.heat
         temp, _ = heat.temps_after(at - heat.t)
         s = self.sampling
@@ -101,33 +117,35 @@ class SampledTelemetry:
         )
         power = heat.power_w(temp) * (1.0 + self.rng.normal(0.0, s.power_noise, shape))
         util = np.round(100.0 * heat.activity)
-        out: list[CardReading] = []
-        for i, name in enumerate(heat.names):
-            for j in np.flatnonzero(heat.present[i]).tolist():
-                out.append(
-                    CardReading(
-                        name,
-                        j,
-                        "",
-                        at,
-                        gpu_temp=float(core[i, j]),
-                        memory_temp=float(memory[i, j]),
-                        power_w=float(power[i, j]),
-                        power_limit_w=float(heat.tdp_w[i, j]),
-                        util_pct=float(util[i, j]),
-                    )
-                )
-        return out
+        cols = tuple(a[self._where].tolist() for a in (core, memory, power, heat.tdp_w, util))
+        return _Scrape(at, cols)
+
+    def _readings(self, scrape: _Scrape) -> list[CardReading]:
+        at = scrape.at
+        core, memory, power, limit, util = scrape.columns
+        return [
+            CardReading(
+                host,
+                card,
+                "",
+                at,
+                gpu_temp=core[k],
+                memory_temp=memory[k],
+                power_w=power[k],
+                power_limit_w=limit[k],
+                util_pct=util[k],
+            )
+            for k, (host, card) in enumerate(self._cards)
+        ]
 
     def _refresh(self, tick: float) -> None:
         """The daemon's refresh at `tick`: the newest scrape visible by then, if any."""
         self._last_refresh = tick
-        visible = [p for p in self._pending if p[0] + self.sampling.delay_s <= tick]
+        visible = [p for p in self._pending if p.at + self.sampling.delay_s <= tick]
         readings: list[CardReading] = []
         if visible:
-            newest = visible[-1][0]
-            readings = visible[-1][1]
-            self._pending = [p for p in self._pending if p[0] > newest]
+            readings = self._readings(visible[-1])
+            self._pending = [p for p in self._pending if p.at > visible[-1].at]
         self.refreshes += 1
         self.delivered += len(readings)
         self.last_report = self.ingest.apply(readings, tick)

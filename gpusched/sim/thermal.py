@@ -205,7 +205,7 @@ class HeatModel:
     def target(self) -> NDArray[np.float64]:
         """Each card's steady-state temperature under its current load (no ceiling)."""
         power = self.idle_w + (self.tdp_w - self.idle_w) * self.activity
-        return self.inlet_c + self.offset_c + self.r_cw * power  # type: ignore[no-any-return]
+        return self.inlet_c + self.offset_c + self.r_cw * power
 
     def bind(self, uid: str, node: str, cards: tuple[int, ...], milli: tuple[int, ...]) -> None:
         """A pod started on `cards` of `node` with `milli` of each: from now its cards
@@ -300,7 +300,7 @@ class HeatModel:
         demand = self.idle_w + (self.tdp_w - self.idle_w) * self.activity
         held = (self.env.max_operating_c - self.inlet_c - self.offset_c) / self.r_cw
         throttled = (temp >= self.env.max_operating_c) & (self.target() > temp)
-        return np.where(throttled, np.minimum(demand, held), demand)  # type: ignore[no-any-return]
+        return np.where(throttled, np.minimum(demand, held), demand)
 
     def node_hottest(self, temp: NDArray[np.float64] | None = None) -> NDArray[np.float64]:
         """Each GPU node's hottest card (true temperature, not a reading)."""
