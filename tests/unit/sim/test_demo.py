@@ -52,6 +52,9 @@ def test_profiles_compare_on_the_same_arrivals() -> None:
     # and keeps a job's pods in one rack.
     assert ai.whole_node_success_pct > spread.whole_node_success_pct
     assert ai.same_rack_pct > spread.same_rack_pct
+    # The hottest card is the heat model's true temperature, which Thermal sees only through
+    # sampled, delayed readings: this can fail (the default demo fleet, seed 1, ends with a
+    # card at 87 °C under ai-scheduler).
     assert ai.hottest_used_c < 82.0
 
 
