@@ -88,11 +88,12 @@ class Thermal:
                     latched[row] = True
             self.latched = latched
             self._membership = snap.membership
-        temp = snap.node_temp.astype(np.float64)
-        fresh = ~np.isnan(temp)
+        fresh = ~np.isnan(snap.node_temp)
         self.any_fresh = bool(fresh.any())
         if not self.any_fresh:
             return self.latched  # no reading anywhere: nothing to latch or release
+        # float64 as the kernels compare: a red line such as 82.3 is not rounded to float32.
+        temp = snap.node_temp.astype(np.float64)
         now = (self.latched | (fresh & (temp >= self.args.red_line_celsius))) & ~(
             fresh & (temp < self.release_celsius)
         )
