@@ -2,7 +2,7 @@
 
 PreScore draws one feasible node, which scores 100 (all others 0); a shared pod gets a
 uniformly random card among those that can hold it (written to CARD_HINT), whole-card
-pods GPUFit's lowest-index intact cards.
+pods GPUFit's own choice (intact cards; the lowest-index ones without telemetry).
 """
 
 from __future__ import annotations
