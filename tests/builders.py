@@ -210,6 +210,7 @@ def read_temps(s: Simulation, temps: Mapping[str, float]) -> None:
         for card in range(int(s.snapshot.node_card_count[row])):
             readings.append(CardReading(name, card, "", now, gpu_temp=t))
     s.ingest.apply(readings, now)
+    s.fw.telemetry_updated()  # as the runtime does after each ingestion pass
 
 
 def card_free(s: Simulation, node: str) -> list[int]:

@@ -267,6 +267,7 @@ class Simulation:
                 sampling or Sampling(),
                 refresh_s=settings.interval_seconds,
                 seed=heat.seed,
+                on_applied=self.fw.telemetry_updated,
             )
         self.cluster.on_deleted = self._stopped
         self.observer = _Observer(self._started)

@@ -19,6 +19,7 @@ ingestion (gpusched/telemetry/ingest.py) at its refresh ticks on the virtual clo
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -66,11 +67,15 @@ class SampledTelemetry:
         *,
         refresh_s: float,
         seed: int = 0,
+        on_applied: Callable[[], None] | None = None,
     ) -> None:
+        """`on_applied`: called after every ingestion pass (the runtime tells the plugins
+        that keep state over telemetry, as the daemon does after each refresh)."""
         self.heat = heat
         self.ingest = ingest
         self.sampling = sampling
         self.refresh_s = refresh_s
+        self.on_applied = on_applied
         self.rng = np.random.default_rng([seed, 0x5C2A])
         self._pending: list[_Scrape] = []  # taken, not yet superseded nor delivered
         # The present cards, in the heat model's order: (node, card slot).
@@ -149,3 +154,5 @@ class SampledTelemetry:
         self.refreshes += 1
         self.delivered += len(readings)
         self.last_report = self.ingest.apply(readings, tick)
+        if self.on_applied is not None:
+            self.on_applied()
