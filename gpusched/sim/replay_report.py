@@ -16,6 +16,7 @@ from gpusched.plugins import default_registry
 from gpusched.sim.fgd_protocol import load_trace, parse_seeds
 from gpusched.sim.replay import (
     EXTRA_POLICIES,
+    NO_GANG,
     POLICIES,
     ReplayPolicy,
     ReplayRun,
@@ -81,7 +82,7 @@ def _cell(values: Sequence[float], fmt: str) -> str:
 def _metrics(
     cfg: ReplayConfig, results: Sequence[ReplayPolicy]
 ) -> tuple[tuple[str, str, str], ...]:
-    if cfg.gangs or any(r.policy in EXTRA_POLICIES for r in results):
+    if cfg.gangs or any(r.policy.endswith(NO_GANG) for r in results):
         return METRICS + GANG_METRICS
     return METRICS
 

@@ -4,17 +4,22 @@ the readings reach the plugins only through the daemon's ingestion."""
 
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
 
+from gpusched.cli import main
 from gpusched.config import builtin_profile
 from gpusched.framework import CycleState
 from gpusched.plugins import default_registry
 from gpusched.plugins.thermal import Thermal
 from gpusched.plugins.thermal.args import ThermalArgs
 from gpusched.sim.engine import Simulation
+from gpusched.sim.openb import POD_COLUMNS
+from gpusched.sim.replay import policy_profile
 from gpusched.sim.telemetry_feed import Sampling
 from gpusched.sim.thermal import (
     DESIGN_INLET_C,
@@ -188,3 +193,47 @@ def test_sensor_noise_is_seeded_and_readings_are_whole_degrees() -> None:
     a = readings(3)
     assert a == readings(3)
     assert all(x == round(x) for x in a)
+
+
+def test_the_nothermal_variant_drops_thermal_and_keeps_the_rest() -> None:
+    reg = default_registry()
+    names = {
+        ref.name for refs in policy_profile("ai-scheduler", reg).plugins.values() for ref in refs
+    }
+    prof = policy_profile("ai-scheduler-nothermal", reg)
+    without = {ref.name for refs in prof.plugins.values() for ref in refs}
+    assert "Thermal" in names and "Thermal" not in without
+    assert without == names - {"Thermal"}
+    assert prof.scheduler_name == "ai-scheduler-nothermal"
+
+
+def test_the_replay_cli_reports_the_heat_figures_per_policy(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Two H100 nodes busy for an hour, scraped every 30 s: the figures are in the table and
+    # the JSON for both policies, within their bounds.
+    trace = tmp_path / "trace"
+    trace.mkdir()
+    nodes = "".join(f"n-{i},64000,262144,8,H100\n" for i in range(2))
+    (trace / "openb_node_list_gpu_node.csv").write_text(
+        "sn,cpu_milli,memory_mib,gpu,model\n" + nodes
+    )
+    rows = [f"p{i},1000,1024,8,1000,,LS,Running,{i},3600,{i}" for i in range(2)]
+    rows.append("end,100,1024,0,0,,LS,Running,1800,4000,1800")
+    (trace / "openb_pod_list_default.csv").write_text(
+        ",".join(POD_COLUMNS) + "\n" + "\n".join(rows) + "\n"
+    )
+    out = tmp_path / "out.json"
+    argv = ["simulate", "--protocol", "replay", "--trace-dir", str(trace), "--seeds", "1"]
+    policies = "ai-scheduler,ai-scheduler-nothermal"
+    hot = ["--scrape-interval", "30", "--telemetry-delay", "5"]
+    assert main([*argv, *hot, "--policies", policies, "--json-out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "node-hours above the 82 °C red line" in text and "throttled GPU-hours" in text
+    data = json.loads(out.read_text())
+    assert data["config"]["scrape_interval_s"] == 30.0
+    for policy in ("ai-scheduler", "ai-scheduler-nothermal"):
+        entry = data["policies"][policy]
+        assert 0.0 <= entry["red_line_pct"]["mean"] <= 100.0
+        assert entry["throttled_gpu_h"]["mean"] >= 0.0
+        assert entry["hottest_max_c"]["mean"] <= MAX_OPERATING_C + 1e-9
