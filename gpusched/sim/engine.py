@@ -23,6 +23,7 @@ requeue, Permit waiting). Only three things differ, each the simulator's by natu
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -269,6 +270,8 @@ class Simulation:
                 seed=heat.seed,
                 on_applied=self.fw.telemetry_updated,
             )
+        # Wall time spent simulating the cards and their telemetry (not scheduling).
+        self.telemetry_seconds = 0.0
         self.cluster.on_deleted = self._stopped
         self.observer = _Observer(self._started)
         self.schedule_one = ScheduleOne(
@@ -302,9 +305,11 @@ class Simulation:
         without the scheduling loop: a caller removing pods at `t` before `advance(t)`
         calls this first, so they stop heating at `t`. Never goes back."""
         if self.heat is not None and self.feed is not None and t > self.heat.t:
+            t0 = time.perf_counter()
             # The exporter scrapes and the daemon refreshes up to `t`, then the cards run.
             self.feed.advance(t)
             self.heat.advance_to(t)
+            self.telemetry_seconds += time.perf_counter() - t0
 
     def on_bound(self, callback: Callable[[Decision], None] | None) -> None:
         """Call `callback` with the decision of every pod the loop binds (also pods retried
