@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import uuid as uuid_module
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
 
@@ -120,12 +120,10 @@ class FabricInfo:
 class FakeNvml:
     gpus: tuple[FakeGpu, ...]
     init_error: int | None = None
-    initialized: int = 0
-    init_calls: int = field(default=0)
+    initialized: int = 0  # nvmlInit calls not yet matched by nvmlShutdown
 
     # -- library -------------------------------------------------------------------------
     def nvmlInit(self) -> None:
-        self.init_calls += 1
         if self.init_error is not None:
             raise NVMLError(self.init_error)
         self.initialized += 1
