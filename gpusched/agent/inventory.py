@@ -45,7 +45,7 @@ _NODE_SET_WORDS = 16
 
 
 @dataclass(frozen=True, slots=True)
-class CardReading:
+class NvmlCard:
     index: int
     uuid: str
     model: str
@@ -72,7 +72,7 @@ class CardReading:
         }
 
 
-def annotation_value(cards: Sequence[CardReading]) -> str:
+def annotation_value(cards: Sequence[NvmlCard]) -> str:
     """The gpusched.io/gpu-inventory value: a JSON list, cards by index."""
     return orjson.dumps([c.to_json() for c in sorted(cards, key=lambda c: c.index)]).decode()
 
@@ -279,10 +279,10 @@ def _links(reader: _Reader, count: int, handles: dict[int, Any], buses: dict[int
     return islands
 
 
-def _lost_card(index: int, previous: CardReading | None, reason: str) -> CardReading:
+def _lost_card(index: int, previous: NvmlCard | None, reason: str) -> NvmlCard:
     problem = f"GPU is lost ({reason}): reset the GPU or reboot the node"
     if previous is None:
-        return CardReading(index, "", "", 0, healthy=False, problems=(problem,))
+        return NvmlCard(index, "", "", 0, healthy=False, problems=(problem,))
     return replace(previous, healthy=False, problems=(problem,))
 
 
@@ -290,8 +290,8 @@ def read_inventory(
     nvml: Any,
     *,
     sysfs_root: Path = Path("/sys"),
-    previous: Sequence[CardReading] = (),
-) -> list[CardReading]:
+    previous: Sequence[NvmlCard] = (),
+) -> list[NvmlCard]:
     """Every card NVML lists, by index. A card that is lost keeps its `previous` identity
     (uuid, model, memory, ...) and is marked unhealthy. Raises NvmlReadError (NoGpusError
     when NVML lists none)."""
@@ -322,7 +322,7 @@ def _init_message(nvml: Any, exc: Any) -> str:
     return f"NVML initialisation failed: {exc} (NVML error {value})"
 
 
-def _read(reader: _Reader, previous: dict[int, CardReading]) -> list[CardReading]:
+def _read(reader: _Reader, previous: dict[int, NvmlCard]) -> list[NvmlCard]:
     nvml = reader.nvml
     count = int(reader.required("nvmlDeviceGetCount", nvml.nvmlDeviceGetCount))
     if count <= 0:
@@ -331,7 +331,7 @@ def _read(reader: _Reader, previous: dict[int, CardReading]) -> list[CardReading
             " (NVIDIA_VISIBLE_DEVICES=all with the NVIDIA container runtime); the"
             " annotation is left as it is"
         )
-    cards: dict[int, CardReading] = {}
+    cards: dict[int, NvmlCard] = {}
     handles: dict[int, Any] = {}
     buses: dict[int, str] = {}
     for index in range(count):
@@ -348,7 +348,7 @@ def _read(reader: _Reader, previous: dict[int, CardReading]) -> list[CardReading
             continue
         handles[index] = handle
         buses[index] = pci_bus_id(pci.busId)
-        cards[index] = CardReading(
+        cards[index] = NvmlCard(
             index=index,
             uuid=str(uuid),
             model=gfd_product(str(name)),
@@ -385,8 +385,8 @@ def _links_tolerant(
     count: int,
     handles: dict[int, Any],
     buses: dict[int, str],
-    cards: dict[int, CardReading],
-    previous: dict[int, CardReading],
+    cards: dict[int, NvmlCard],
+    previous: dict[int, NvmlCard],
 ) -> _Islands:
     """The NVLink graph; a card lost meanwhile is marked and the graph read without it."""
     while True:

@@ -24,7 +24,7 @@ import orjson
 import structlog
 
 from gpusched.agent.inventory import (
-    CardReading,
+    NvmlCard,
     NvmlReadError,
     annotation_value,
     read_inventory,
@@ -79,7 +79,7 @@ class Agent:
         self.log = log.bind(node=node)
         self.connect = connect
         self.kube: Kube | None = None
-        self.previous: list[CardReading] = []
+        self.previous: list[NvmlCard] = []
         self.reported: dict[int, tuple[str, ...]] = {}
         self.published = ""  # the value last written or found current
 
@@ -88,7 +88,7 @@ class Agent:
             await self.kube.close()
             self.kube = None
 
-    def _report_cards(self, cards: list[CardReading]) -> None:
+    def _report_cards(self, cards: list[NvmlCard]) -> None:
         """Each card's problems once per change (the annotation carries only healthy)."""
         for card in cards:
             before = self.reported.get(card.index, ())

@@ -23,8 +23,8 @@ from gpusched.agent.fakes._fake import (
     Link,
 )
 from gpusched.agent.inventory import (
-    CardReading,
     NoGpusError,
+    NvmlCard,
     NvmlReadError,
     annotation_value,
     gfd_product,
@@ -134,7 +134,7 @@ def _annotated_node(value: str, gpus: int) -> dict[str, Any]:
     }
 
 
-def _as_card(c: CardReading) -> Card:
+def _as_card(c: NvmlCard) -> Card:
     return Card(
         index=c.index,
         model=c.model,
@@ -265,7 +265,7 @@ def test_names_and_bus_ids() -> None:
 
 
 def test_annotation_is_compact_json_by_index() -> None:
-    cards = [CardReading(1, "GPU-b", "M", 2), CardReading(0, "GPU-a", "M", 1)]
+    cards = [NvmlCard(1, "GPU-b", "M", 2), NvmlCard(0, "GPU-a", "M", 1)]
     assert annotation_value(cards) == (
         '[{"index":0,"uuid":"GPU-a","model":"M","memoryMiB":1,"nvlinkIsland":-1,"numa":-1,'
         '"healthy":true,"fabricClique":"","powerLimitW":0},'
