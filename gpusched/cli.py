@@ -1,4 +1,4 @@
-"""The `gpusched` command: simulate | check-config (more subcommands arrive with their issues)."""
+"""The `gpusched` command: simulate | run | agent | check-config."""
 
 from __future__ import annotations
 
@@ -258,6 +258,20 @@ def _cmd_run(args: argparse.Namespace) -> int:
     )
 
 
+def _cmd_agent(args: argparse.Namespace) -> int:
+    from gpusched.agent.main import AgentArgs, agent_main
+
+    return agent_main(
+        AgentArgs(
+            kubeconfig=args.kubeconfig,
+            node_name=args.node_name,
+            interval=args.interval,
+            once=args.once,
+            log_level=args.log_level,
+        )
+    )
+
+
 def _bool_flag(value: str) -> bool:
     lowered = value.strip().lower()
     if lowered in ("true", "1", "yes"):
@@ -466,6 +480,28 @@ def build_parser() -> argparse.ArgumentParser:
         " leaderElection.leaderElect, true); --leader-elect=false for a single local run",
     )
     run.set_defaults(func=_cmd_run)
+
+    agent = sub.add_parser(
+        "agent",
+        help="publish this node's GPU inventory from NVML (docs/telemetry-agent.md)",
+    )
+    agent.add_argument(
+        "--kubeconfig", help="kubeconfig file (default: in-cluster, then $KUBECONFIG)"
+    )
+    agent.add_argument(
+        "--node-name", help="this node's name (default: $NODE_NAME, the pod's spec.nodeName)"
+    )
+    agent.add_argument(
+        "--interval",
+        type=_POSITIVE_FLOAT,
+        default=60.0,
+        help="seconds between NVML reads (default 60)",
+    )
+    agent.add_argument(
+        "--once", action="store_true", help="read and publish once, then exit (0: done)"
+    )
+    agent.add_argument("--log-level", default="info", help="debug, info, warning, error")
+    agent.set_defaults(func=_cmd_agent)
 
     chk = sub.add_parser("check-config", help="validate a scheduler configuration file")
     chk.add_argument("file")
