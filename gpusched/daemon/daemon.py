@@ -374,6 +374,7 @@ class Daemon:
             self.schedule_one.fence = self._fence
         self.failed = False  # a core task died: `gpusched run` exits 1
         self.reload: ConfigReload | None = None
+        self.metrics.config_generation.set(1)  # without a watched file it stays the first
         if self.options.config_file and self.options.config_poll_seconds > 0:
             self.reload = ConfigReload(
                 self,

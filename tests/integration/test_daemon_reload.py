@@ -28,18 +28,24 @@ from tests.integration.daemon_support import (
     pool_specs,
     until_bound,
 )
-from tests.integration.process_support import DaemonProcess, Record
+from tests.integration.process_support import LEASE, DaemonProcess, Record
 
 pytestmark = pytest.mark.integration
 REFUSED = "configuration refused; keeping the running configuration"
 POLL = "0.2"  # --config-poll-seconds: the kubelet's own delay is not under test
 
 
-def config(fit: float, packing: float, extra: str = "", score_extra: str = "") -> str:
+def config(
+    fit: float,
+    packing: float,
+    extra: str = "",
+    score_extra: str = "",
+    election: str = "{leaderElect: false}",
+) -> str:
     return (
         "apiVersion: gpusched.io/v1alpha1\nkind: GpuSchedulerConfiguration\n"
         "clientConnection: {qps: 1000, burst: 1000}\n"
-        "leaderElection: {leaderElect: false}\n" + extra + "profiles:\n"
+        f"leaderElection: {election}\n" + extra + "profiles:\n"
         "  - schedulerName: ai-scheduler\n"
         "    plugins:\n"
         "      score:\n"
@@ -69,12 +75,16 @@ async def _configmap(kube: Kube, namespace: str, text: str) -> JSON:
 
 
 async def _start(
-    cluster: LocalCluster, volume: ConfigMapVolume, tmp_path: Path, namespace: str
+    cluster: LocalCluster,
+    volume: ConfigMapVolume,
+    tmp_path: Path,
+    namespace: str,
+    log: str = "daemon.log",
 ) -> DaemonProcess:
     return await DaemonProcess.start(
         cluster.kubeconfig,
         volume.path,
-        tmp_path / "daemon.log",
+        tmp_path / log,
         env={"GPUSCHED_CONFIG_MAP": f"{namespace}/gpusched-config"},
         extra=("--config-poll-seconds", POLL),
     )
@@ -188,3 +198,46 @@ async def test_a_restart_only_change_is_refused_naming_it(
         finally:
             rc = await daemon.terminate()
     assert rc == 0, daemon.tail()
+
+
+async def test_a_standby_reloads_too_and_schedules_with_the_new_file_once_it_leads(
+    cluster: LocalCluster, kube: Kube, namespace: str, tmp_path: Path
+) -> None:
+    """Two replicas on one file and one Lease: both apply the new version (the standby's
+    configuration stays current), and after a failover the new leader schedules with it."""
+    pool = pool_name()
+    nodes, a100, _ = _pool(pool)
+    lease = ", ".join(f"{k}: {v}" for k, v in {**LEASE, "resourceName": f"reload-{pool}"}.items())
+    election = f"{{{lease}}}"
+    volume = ConfigMapVolume(tmp_path / "config")
+    volume.write(config(fit=1, packing=100, election=election))
+    await _configmap(kube, namespace, PACKING_WINS)
+    async with node_pool(kube, nodes):
+        leader = await _start(cluster, volume, tmp_path, namespace, "leader.log")
+        standby: DaemonProcess | None = None
+        try:
+            await leader.wait_for(
+                lambda r: r.get("event") == "leader elected", "leadership", timeout=300
+            )
+            standby = await _start(cluster, volume, tmp_path, namespace, "standby.log")
+            await standby.wait_for(
+                lambda r: r.get("event") == "leader observed", "the standby seeing the leader"
+            )
+            volume.write(config(fit=100, packing=1, election=election))
+            for replica in (leader, standby):
+                reloaded = await replica.wait_for(
+                    lambda r: r.get("event") == "configuration reloaded", "the reload"
+                )
+                assert reloaded["generation"] == 2
+            assert await leader.terminate() == 0, leader.tail()  # releases the Lease
+            await standby.wait_for(
+                lambda r: r.get("event") == "leader elected", "the standby taking over"
+            )
+            placed = await _place(kube, standby, namespace, "after-failover", pool)
+            # The new weights: NodeResourcesFit now decides, the A100 has the most free cards.
+            assert placed["node"] == a100 and placed["config_generation"] == 2, placed
+        finally:
+            await leader.kill()
+            if standby is not None:
+                assert await standby.terminate() == 0, standby.tail()
+    assert not leader.decisions(), "the pod was placed by the new leader only"
