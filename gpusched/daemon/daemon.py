@@ -758,6 +758,9 @@ class Daemon:
             result="gated",
             plugin=status.plugin,
             message=status.message(),
+            config_generation=fw.generation
+            if (fw := self.frameworks.get(pod.scheduler_name))
+            else None,
         )
         if self.leading.is_set():
             self._write_gated(pod, status)

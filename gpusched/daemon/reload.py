@@ -16,7 +16,8 @@ IN_IGNORED and no change is ever seen); a correct watch is on the directory, fil
 `..data`, re-armed when it is recreated, and different again for a `subPath` mount or a
 plain file edited in place. watchfiles (Rust `notify`) handles the directory case but adds
 a native dependency and a thread for an event that comes at most once a minute or so: the
-kubelet refreshes ConfigMap volumes on its sync loop (about 60-90 s after the edit). A poll
+kubelet refreshes ConfigMap volumes on its periodic pod sync (`syncFrequency`, 1 min by
+default, plus jitter), so an edit reaches the file up to a minute or so later. A poll
 of the resolved path (realpath, inode, mtime, size; the content is read and hashed only
 when those change) costs one stat() per interval, sees every way the file can change, and
 its interval (5 s by default) is small against the kubelet's own delay.
@@ -25,13 +26,14 @@ Semantics (docs/telemetry-reload.md): a new file is parsed and validated as at s
 (load_config, validate_profiles, then building each profile's Framework with the daemon's
 handle). If anything is wrong, or it changes a setting that only a restart can apply, the
 running configuration stays: one error log line names the file and every problem, a
-Warning Event is written (by the leader, as every Event: a standby leaves it to the leader
-it may become), and `gpusched_config_reloads{result=...}` counts it. A valid file swaps
-the frameworks between two pods: the loop is single-threaded asyncio and the scheduling
-cycle never awaits, so the swap never lands inside one; a pod already in its binding
-cycle finishes with the framework it was placed with (Decision.framework). Plugin
-instances whose args did not change are kept (what they learnt survives); the generation
-(1 at start) grows by one and is named in every decision record.
+Warning Event is written (by the leader, as every Event; a standby writes it only if it
+takes over while the file is still the refused one), and `gpusched_config_reloads{result}`
+counts it. A valid file swaps the frameworks between two pods: the loop is
+single-threaded asyncio and the scheduling cycle never awaits, so the swap never lands
+inside one; a pod already in its binding cycle finishes with the framework it was placed
+with (Decision.framework). Plugin instances whose args did not change are kept (what they
+learnt survives); the generation (1 at start) grows by one and is named in every decision
+record.
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ from gpusched.config.profile import Point, Profile
 from gpusched.core.queue import ClusterEvent
 from gpusched.core.runtime.framework import Framework, pre_enqueue_of
 from gpusched.core.runtime.validate import validate_profiles
+from gpusched.framework.registry import Registry
 from gpusched.framework.status import SUCCESS
 from gpusched.kube.client import ApiError
 from gpusched.kube.writer import ObjectRef
@@ -143,7 +146,7 @@ def problems_of(exc: ConfigError) -> list[str]:
 
 
 def read_new_config(
-    data: bytes, name: str, registry: Any, leader_elect: bool | None = None
+    data: bytes, name: str, registry: Registry, leader_elect: bool | None = None
 ) -> SchedulerConfig:
     """The new file's configuration, checked as `gpusched run` checks its --config (load,
     then every profile's Framework built with a stub handle), with the --leader-elect flag

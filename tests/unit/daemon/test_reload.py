@@ -424,3 +424,23 @@ async def test_a_restart_only_change_is_refused_with_the_field_named(
     _reload(d)
     assert _sample(d, "gpusched_config_reloads_total", result="unchanged") == 1
     assert d.reload is not None and d.reload.generation == 1
+
+
+async def test_a_plugin_whose_args_changed_starts_fresh_and_learns_the_bound_pods(
+    setup: tuple[Daemon, FakeWriter, ConfigMapVolume, io.StringIO],
+) -> None:
+    d, _, volume, stream = setup
+    for i in range(3):
+        raw = _raw_pod(f"b{i}")
+        raw["spec"]["nodeName"] = "n1"
+        raw["status"]["phase"] = "Running"
+        d.pod_watch._line(watch_line("ADDED", raw))
+    d.leading.set()  # the leader warm-starts new instances at once (a standby at takeover)
+    old = d.frameworks["ai-scheduler"].plugins["GPUFragmentation"]
+    volume.write(doc(args="      - name: GPUFragmentation\n        args: {refreshPods: 32}\n"))
+    _reload(d)
+    new = d.frameworks["ai-scheduler"].plugins["GPUFragmentation"]
+    assert new is not old and new.learner.seen == 3
+    (line,) = _records(stream, "configuration reloaded")
+    assert line["new_plugin_instances"] == {"ai-scheduler": ["GPUFragmentation"]}
+    assert line["changes"] == ["ai-scheduler: GPUFragmentation args refreshPods: 64 -> 32"]
