@@ -33,6 +33,9 @@ GFD_PRODUCT = "nvidia.com/gpu.product"
 GFD_MEMORY = "nvidia.com/gpu.memory"
 RACK_LABEL = "topology.gpusched.io/rack"
 SPINE_LABEL = "topology.gpusched.io/spine"
+# GPU Feature Discovery's multi-node NVLink fabric domain: "<ClusterUUID>.<CliqueId>" (the
+# cards' NVML GpuFabricInfo), set only when every fabric-attached card agrees on both.
+GFD_CLIQUE = "nvidia.com/gpu.clique"
 
 # Every pod annotation the parser validates, so an unknown gpusched.io/ key can be flagged.
 POD_ANNOTATIONS = (
