@@ -138,7 +138,6 @@ def nvlink_score_np(
     known = np.any(present, axis=1) & ~np.any(present & (island < 0), axis=1)
     # Per (row, island) tables, over the present cards of known rows.
     r_idx = np.repeat(np.arange(R), C).reshape(R, C)
-    c_idx = np.tile(np.arange(C), R).reshape(R, C)
     take = present & known[:, None]
     flat = r_idx[take] * _ISLANDS + island[take]
     size = np.bincount(flat, minlength=R * _ISLANDS).reshape(R, _ISLANDS).astype(np.int64)
@@ -147,9 +146,11 @@ def nvlink_score_np(
         .reshape(R, _ISLANDS)
         .astype(np.int64)
     )
-    first = np.full(R * _ISLANDS, C, np.int64)
-    np.minimum.at(first, flat, c_idx[take])
-    first = first.reshape(R, _ISLANDS)
+    # Each island's first card: written from the last card down, so the lowest one stays.
+    first = np.full((R, _ISLANDS), C, np.int64)
+    for c in range(C - 1, -1, -1):
+        on = take[:, c]
+        first[r_idx[on, c], island[on, c]] = c
     holds = (size > 0) & (free >= req_cards)
     # The fewest free cards, then the lowest first card: choose_cards' island.
     key = np.where(holds, free * (MAX_CARDS + 1) + first, np.iinfo(np.int64).max)

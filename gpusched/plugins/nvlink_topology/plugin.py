@@ -23,6 +23,7 @@ from gpusched.framework.status import Code, Status
 from gpusched.kernels import nvlink_score_nb, nvlink_score_np
 from gpusched.kernels.dispatch import pick
 from gpusched.model.pod import PodInfo
+from gpusched.plugins.helper.row_cache import RowCache
 
 nvlink_score = pick(nvlink_score_nb, nvlink_score_np)
 
@@ -34,6 +35,9 @@ class NVLinkTopology:
         self.handle = handle
         self._known: NDArray[np.bool_] = np.zeros(0, np.bool_)
         self._stamp: tuple[int, int, int] = (-1, -1, -1)
+        # A row's score depends only on the row and the request's shape: kept per shape
+        # and recomputed for the rows changed since (the per-pod cost follows churn).
+        self._scores: RowCache[NDArray[np.float64]] = RowCache()
 
     def known_rows(self, snap: NodeColumns) -> NDArray[np.bool_]:
         """Per row, whether the node's island layout is known (it has cards, each in an
@@ -59,18 +63,34 @@ class NVLinkTopology:
     def score(self, state: CycleState, pod: PodInfo, rows: Rows) -> Scores:
         snap = self.handle.snapshot
         req = pod.request
-        out = np.empty(len(rows), np.float64)
-        nvlink_score(
-            rows,
-            snap.card_free_milli,
-            snap.card_free_mem,
-            snap.card_model,
-            snap.card_healthy,
-            snap.card_island,
-            req.gpu_cards,
-            req.gpu_mem_mib,
-            snap.allowed_models(req.gpu_models),
-            int(req.nvlink),
-            out,
-        )
-        return out
+        allowed = snap.allowed_models(req.gpu_models)
+        shape = (req.gpu_cards, req.gpu_mem_mib, int(req.nvlink), req.gpu_models, len(allowed))
+
+        def some(which: NDArray[np.intp]) -> NDArray[np.float64]:
+            out = np.empty(len(which), np.float64)
+            nvlink_score(
+                which,
+                snap.card_free_milli,
+                snap.card_free_mem,
+                snap.card_model,
+                snap.card_healthy,
+                snap.card_island,
+                req.gpu_cards,
+                req.gpu_mem_mib,
+                allowed,
+                int(req.nvlink),
+                out,
+            )
+            return out
+
+        def every() -> NDArray[np.float64]:
+            full = np.zeros(snap.capacity, np.float64)
+            valid = snap.valid_rows().astype(np.intp)
+            full[valid] = some(valid)
+            return full
+
+        def changed(full: NDArray[np.float64], which: NDArray[np.intp]) -> None:
+            full[which] = some(which)
+
+        scores: Scores = self._scores.get(snap, shape, every, changed)[rows]
+        return scores

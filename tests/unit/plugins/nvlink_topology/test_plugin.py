@@ -7,6 +7,7 @@ from dataclasses import replace
 import numpy as np
 
 from gpusched.core.schedule_one import Decision, Result
+from gpusched.kernels import nvlink_score_np
 from gpusched.model.node import Card, NodeModel
 from gpusched.model.pod import NVLink
 from gpusched.sim.engine import Simulation
@@ -92,3 +93,37 @@ def test_required_pod_gets_one_island_when_the_naive_choice_spans() -> None:
     d = s.submit(ai_pod("p", gpu_cards=4, nvlink=NVLink.REQUIRED), keep_scores=True)
     assert d.alloc is not None and d.alloc.cards == (4, 5, 6, 7)
     assert np.array_equal(raw_scores(s, d)["n"], 100.0)
+
+
+def test_cached_scores_follow_every_placement() -> None:
+    # The plugin keeps scores per request shape and recomputes the rows that changed: after
+    # every placement they equal the kernel run afresh over the feasible rows.
+    s = ai_sim(*(gpu_node(f"n{i}") for i in range(4)))
+    for i, k in enumerate((2, 3, 2, 1, 2, 3, 2, 2)):
+        d = s.submit(ai_pod(f"p{i}", gpu_cards=k), keep_scores=True)
+        assert d.result is Result.SCHEDULED
+        if k < 2:
+            continue
+        assert d.scores is not None
+        snap = s.snapshot
+        fresh = np.empty(len(d.scores.rows))
+        # Scores are taken before the pod's own cards: compare against the columns as they
+        # were, by giving the pod's cards back for the check.
+        assert d.alloc is not None
+        row = d.alloc.row
+        snap.card_free_milli[row, list(d.alloc.cards)] += 1000
+        nvlink_score_np(
+            d.scores.rows.astype(np.intp),
+            snap.card_free_milli,
+            snap.card_free_mem,
+            snap.card_model,
+            snap.card_healthy,
+            snap.card_island,
+            k,
+            0,
+            snap.allowed_models(()),
+            0,
+            fresh,
+        )
+        snap.card_free_milli[row, list(d.alloc.cards)] -= 1000
+        np.testing.assert_array_equal(d.scores.by_plugin[NAME].raw, fresh)
