@@ -12,8 +12,9 @@ each weight (0: disabled):
 2. churn: a seeded `--churn` share of the placed pods leave (jobs finish at random);
 3. refill: more of the same pods, to `--fill` again;
 4. then `gpusched.io/nvlink: required` 4-card pods arrive one after the other until
-   `--nvlink-pods` were submitted; printed: how many were placed, and the mean cost of an
-   attempt in steps 1-3 (µs per pod: the score's cost rides on it).
+   `--nvlink-pods` were submitted; printed: how many were placed, the cards of fill pods
+   that found no node (per 100 pods submitted: whether keeping islands whole costs the
+   other pods room), and the mean cost of an attempt in steps 1-3 (µs per pod).
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ def pod(i: int, cards: int, nvlink: NVLink = NVLink.NONE) -> PodInfo:
     )
 
 
-def run(seed: int, weight: float, args: argparse.Namespace) -> tuple[int, float]:
+def run(seed: int, weight: float, args: argparse.Namespace) -> tuple[int, float, float]:
     reg = default_registry()
     profile = config_from_dict(profile_doc(weight), reg).profiles[0]
     fleet = generate_fleet(
@@ -71,9 +72,10 @@ def run(seed: int, weight: float, args: argparse.Namespace) -> tuple[int, float]
     i = 0
     spent = 0.0
     attempts = 0
+    refused = 0  # cards of the fill pods that found no node
 
     def fill() -> None:
-        nonlocal asked, i, spent, attempts
+        nonlocal asked, i, spent, attempts, refused
         while asked < args.fill * capacity:
             k = int(rng.choice([1, 2, 3], p=[0.4, 0.35, 0.25]))
             p = pod(i, k)
@@ -87,6 +89,7 @@ def run(seed: int, weight: float, args: argparse.Namespace) -> tuple[int, float]
                 asked += k
             else:
                 sim.withdraw(p.uid)
+                refused += k
                 asked += k  # offered load counts whether or not it fitted
 
     fill()
@@ -106,7 +109,7 @@ def run(seed: int, weight: float, args: argparse.Namespace) -> tuple[int, float]
             ok += 1
         else:
             sim.withdraw(p.uid)
-    return ok, 1e6 * spent / max(1, attempts)
+    return ok, 1e6 * spent / max(1, attempts), 100.0 * refused / max(1, attempts)
 
 
 def main() -> None:
@@ -124,9 +127,11 @@ def main() -> None:
         got = [run(s, w, args) for s in seeds]
         placed = [g[0] for g in got]
         cost = [g[1] for g in got]
+        refused = [g[2] for g in got]
         print(
             f"weight {w:<5} nvlink-required 4-GPU pods placed {np.mean(placed):6.2f}"
             f" ± {np.std(placed):.2f} of {args.nvlink_pods} (per seed {placed});"
+            f" fill cards refused per 100 pods {np.mean(refused):.2f};"
             f" {np.mean(cost):.0f} µs/pod while filling"
         )
 
