@@ -34,6 +34,7 @@ class NVLinkTopology:
     def __init__(self, args: object, handle: Handle) -> None:
         self.handle = handle
         self._known: NDArray[np.bool_] = np.zeros(0, np.bool_)
+        self._any_known = False
         self._stamp: tuple[int, int, int] = (-1, -1, -1)
         # A row's score depends only on the row and the request's shape: kept per shape
         # and recomputed for the rows changed since (the per-pod cost follows churn).
@@ -50,13 +51,16 @@ class NVLinkTopology:
                 & present.any(axis=1)
                 & ~(present & (snap.card_island < 0)).any(axis=1)
             )
+            self._any_known = bool(self._known.any())
             self._stamp = stamp
         return self._known
 
     def pre_score(self, state: CycleState, pod: PodInfo, rows: Rows) -> Status:
         if pod.request.gpu_cards < 2:
             return Status(Code.SKIP)
-        if not self.known_rows(self.handle.snapshot)[rows].any():
+        known = self.known_rows(self.handle.snapshot)
+        # A cluster without islands (the common GFD-only case) answers without a gather.
+        if not self._any_known or not known[rows].any():
             return Status(Code.SKIP)
         return Status()
 
