@@ -62,6 +62,9 @@ class NodeModel:
     unschedulable: bool = False
     rack: str = ""
     spine: str = ""
+    # The NVLink fabric clique (GFD's nvidia.com/gpu.clique, the whole value: a CliqueId is
+    # unique only within its ClusterUUID); "" when the node is in none.
+    clique: str = ""
     # Where the card list came from: "inventory" (gpusched agent), "gfd" (labels and
     # allocatable, cards assumed identical), "dra" (the node's ResourceSlices:
     # dra/cards.py), or "none" (a CPU node).
@@ -89,6 +92,7 @@ class TopologyKeys:
 
     rack: str = keys.RACK_LABEL
     spine: str = keys.SPINE_LABEL
+    clique: str = keys.GFD_CLIQUE
 
 
 # A node's resources as the int64/int32 snapshot columns hold them: no node has more, and a
@@ -358,6 +362,7 @@ def node_from_k8s(obj: object, topo: TopologyKeys | None = None) -> NodeModel:
         unschedulable=bool(spec.get("unschedulable", False)),
         rack=labels.get(topo.rack, ""),
         spine=labels.get(topo.spine, ""),
+        clique=labels.get(topo.clique, ""),
         gpu_source=source,
         other=other,
         warnings=tuple(warnings),

@@ -328,3 +328,12 @@ def test_other_allocatable_resources_in_base_units() -> None:
     }
     assert any("bad.io/x" in w for w in n.warnings)
     assert node_from_k8s(node()).other == ()  # cpu, memory, pods and the GPU count are fields
+
+
+def test_fabric_clique_label() -> None:
+    clique = "4a1f0c3e-9d2b-4c5a-8e7f-1b2c3d4e5f60.7"
+    m = node_from_k8s(node(labels={keys.GFD_CLIQUE: clique}))
+    assert m.clique == clique  # the whole value: a CliqueId is unique only in its cluster
+    assert node_from_k8s(node()).clique == ""
+    custom = TopologyKeys(clique="example.com/nvl")
+    assert node_from_k8s(node(labels={"example.com/nvl": "d1"}), custom).clique == "d1"
