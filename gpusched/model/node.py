@@ -282,6 +282,14 @@ def _gfd_cards(labels: Mapping[str, str], gpus: int) -> tuple[tuple[Card, ...], 
     return tuple(Card(index=i, model=model, memory_mib=memory) for i in range(gpus)), warnings
 
 
+def _inventory_clique(cards: tuple[Card, ...]) -> str:
+    """The node's fabric clique from `gpusched agent`'s inventory when GPU Feature Discovery
+    does not label it: the clique all its cards share ("" when they do not all share one:
+    GFD leaves the label off such a node too)."""
+    cliques = {c.fabric_clique for c in cards}
+    return cliques.pop() if len(cliques) == 1 else ""
+
+
 def node_from_k8s(obj: object, topo: TopologyKeys | None = None) -> NodeModel:
     """Parse a Kubernetes Node. Never raises on bad data: the node is kept with a fallback
     and the problems are listed in `warnings` (an unusable node would lose capacity)."""
@@ -362,7 +370,7 @@ def node_from_k8s(obj: object, topo: TopologyKeys | None = None) -> NodeModel:
         unschedulable=bool(spec.get("unschedulable", False)),
         rack=labels.get(topo.rack, ""),
         spine=labels.get(topo.spine, ""),
-        clique=labels.get(topo.clique, ""),
+        clique=labels.get(topo.clique, "") or _inventory_clique(cards),
         gpu_source=source,
         other=other,
         warnings=tuple(warnings),

@@ -76,6 +76,9 @@ def test_inventory_extra_fields_read_and_default() -> None:
     m = node_from_k8s(node({keys.GPU_INVENTORY: inventory(fabricClique=clique, powerLimitW=700)}))
     assert m.warnings == ()
     assert {(c.fabric_clique, c.power_limit_w) for c in m.cards} == {(clique, 700)}
+    assert m.clique == clique  # no GFD label: the cards' shared clique is the node's
+    labelled = node({keys.GPU_INVENTORY: inventory(fabricClique=clique)}, {keys.GFD_CLIQUE: "g.1"})
+    assert node_from_k8s(labelled).clique == "g.1"  # GFD's label wins
     old = node_from_k8s(node({keys.GPU_INVENTORY: inventory()}))
     assert old.gpu_source == "inventory" and old.warnings == ()
     assert {(c.fabric_clique, c.power_limit_w) for c in old.cards} == {("", 0)}
