@@ -1,4 +1,4 @@
-"""The `gpusched` command: simulate | check-config (more subcommands arrive with their issues)."""
+"""The `gpusched` command: simulate | run | agent | check-config."""
 
 from __future__ import annotations
 
@@ -256,6 +256,22 @@ def _cmd_run(args: argparse.Namespace) -> int:
             metrics_port=args.metrics_port,
             log_level=args.log_level,
             leader_elect=args.leader_elect,
+            config_poll_seconds=args.config_poll_seconds,
+            config_map=args.config_map or "",
+        )
+    )
+
+
+def _cmd_agent(args: argparse.Namespace) -> int:
+    from gpusched.agent.main import AgentArgs, agent_main
+
+    return agent_main(
+        AgentArgs(
+            kubeconfig=args.kubeconfig,
+            node_name=args.node_name,
+            interval=args.interval,
+            once=args.once,
+            log_level=args.log_level,
         )
     )
 
@@ -292,6 +308,7 @@ _POSITIVE_FLOAT = _number(float, 1e-9, float("inf"), "a number > 0")
 _NON_NEGATIVE_FLOAT = _number(float, 0.0, float("inf"), "a number >= 0")
 _FRACTION = _number(float, 1e-9, 1.0, "a fraction in (0, 1]")
 _PORT = _number(int, 0, 65535, "a port number 0-65535 (0: off)")
+_POLL_SECONDS = _number(float, 0, 86400, "seconds in [0, 86400] (0: off)")
 
 
 def _seeds(text: str) -> str:
@@ -480,7 +497,43 @@ def build_parser() -> argparse.ArgumentParser:
         help="schedule only while holding the leader Lease (default: the configuration's"
         " leaderElection.leaderElect, true); --leader-elect=false for a single local run",
     )
+    run.add_argument(
+        "--config-poll-seconds",
+        type=_POLL_SECONDS,
+        default=5.0,
+        metavar="SECONDS",
+        help="how often the --config file is checked for a new version, applied without a"
+        " restart (docs/telemetry-reload.md); 0 turns hot reload off",
+    )
+    run.add_argument(
+        "--config-map",
+        metavar="NAMESPACE/NAME",
+        help="the ConfigMap --config is mounted from: a refused reload's Warning Event"
+        " regards it (default: $GPUSCHED_CONFIG_MAP, else the scheduler's own Pod)",
+    )
     run.set_defaults(func=_cmd_run)
+
+    agent = sub.add_parser(
+        "agent",
+        help="publish this node's GPU inventory from NVML (docs/telemetry-agent.md)",
+    )
+    agent.add_argument(
+        "--kubeconfig", help="kubeconfig file (default: in-cluster, then $KUBECONFIG)"
+    )
+    agent.add_argument(
+        "--node-name", help="this node's name (default: $NODE_NAME, the pod's spec.nodeName)"
+    )
+    agent.add_argument(
+        "--interval",
+        type=_POSITIVE_FLOAT,
+        default=60.0,
+        help="seconds between NVML reads (default 60)",
+    )
+    agent.add_argument(
+        "--once", action="store_true", help="read and publish once, then exit (0: done)"
+    )
+    agent.add_argument("--log-level", default="info", help="debug, info, warning, error")
+    agent.set_defaults(func=_cmd_agent)
 
     chk = sub.add_parser("check-config", help="validate a scheduler configuration file")
     chk.add_argument("file")

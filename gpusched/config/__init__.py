@@ -29,6 +29,7 @@ from gpusched.config.load import (
     config_to_document,
     default_config,
     load_config,
+    load_config_text,
 )
 from gpusched.config.profile import ConfigError, PluginRef, Point, Profile
 from gpusched.config.profiles import default_args
@@ -62,5 +63,6 @@ __all__ = [
     "default_config",
     "implements",
     "load_config",
+    "load_config_text",
     "to_data",
 ]

@@ -109,7 +109,9 @@ DEFAULT_PLUGINS: Mapping[Point, tuple[PluginRef, ...]] = {
     # Preemption last (kube's DefaultPreemption after DynamicResources): the gang's release
     # of its waiting members runs first, and the evictions are chosen on what is left.
     Point.POST_FILTER: _refs("DynamicResources", "GangScheduling", "Preemption"),
-    Point.PRE_SCORE: _refs("PodTopologySpread", "InterPodAffinity", "NetworkLocality"),
+    Point.PRE_SCORE: _refs(
+        "PodTopologySpread", "InterPodAffinity", "NetworkLocality", "NVLinkTopology"
+    ),
     # The seed article weights fragmentation 0.40, thermal 0.35, network 0.25. Measured in
     # the simulator (`gpusched simulate`, seeds 1-3), a 0.35 thermal score steers work off
     # warm-but-safe nodes and costs 0.7-2.6 points of GPU allocation and up to 6 points of
@@ -151,6 +153,13 @@ DEFAULT_PLUGINS: Mapping[Point, tuple[PluginRef, ...]] = {
         # arrived); 0.1 lowers the tenant concentration of nodes most (0.40 vs 0.88).
         # With one tenant (the FGD protocol's own pods) it changes nothing.
         PluginRef("TenantLoad", 0.1),
+        # Multi-GPU whole-card pods prefer nodes where their cards fit one NVLink island
+        # without breaking an intact one. Measured (bench/nvlink_islands.py, 64 nodes of two
+        # 4-card islands, seeds 1-5): NVLink-required 4-card pods placed after churn 19.4
+        # off, 16.4 at 0.05, 18.2 at 0.1, 28.4 at 0.25, 28.2 at 0.5, 28.4 at 1; 0.25 is the
+        # smallest weight on the plateau. PreScore skips every pod when no feasible node
+        # has a known island layout, so the FGD protocol (openb: no islands) is unchanged.
+        PluginRef("NVLinkTopology", 0.25),
     ),
     # VolumeBinding binds the pod's claims before the pod (kube-scheduler's order).
     # GangScheduling first, so its Unreserve runs when any later Reserve fails.

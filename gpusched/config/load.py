@@ -38,6 +38,7 @@ __all__ = [
     "config_to_document",
     "default_config",
     "load_config",
+    "load_config_text",
 ]
 
 # -- reading ---------------------------------------------------------------------------------
@@ -116,6 +117,12 @@ def load_config(source: Source, registry: Registry) -> SchedulerConfig:
     Framework."""
     doc, _ = _read(source)
     return config_from_dict(doc, registry)
+
+
+def load_config_text(text: str, name: str, registry: Registry) -> SchedulerConfig:
+    """`load_config` of a file's text already read, its errors naming `name`: the daemon's
+    reload (daemon/reload.py) parses exactly the bytes it hashed, not a second read."""
+    return config_from_dict(_parse_yaml(text, name), registry)
 
 
 def default_config(registry: Registry | None = None) -> SchedulerConfig:

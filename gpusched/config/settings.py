@@ -344,7 +344,7 @@ class SchedulerConfig:
             out.append(("maxCardsPerNode", f"must be between 1 and {MAX_CARDS_LIMIT}"))
         if not 0 <= self.tie_break_seed < 2**63:
             out.append(("tieBreakSeed", "must be between 0 and 2^63-1"))
-        for tier in ("rack", "spine"):
+        for tier in ("rack", "spine", "clique"):
             problem = _label_key_problem(getattr(self.topology_keys, tier))
             if problem:
                 out.append((f"topologyKeys.{tier}", problem))

@@ -94,6 +94,9 @@ class Decision:
     # Permit, PreBind/Bind): the queue's requeue hint reads them.
     rejected_by: frozenset[str] = frozenset()
     started: float = 0.0  # perf_counter() when the attempt began: its duration's origin
+    # The framework of the scheduling cycle: the binding cycle finishes with it even when a
+    # configuration reload (daemon/reload.py) has replaced the profile's framework since.
+    framework: Framework | None = None
 
     @property
     def message(self) -> str:
@@ -213,6 +216,7 @@ class ScheduleOne:
             self._raised(info, exc)
             return None
         decision.started = t0
+        decision.framework = fw
         if decision.result in (Result.SCHEDULED, Result.WAITING):
             # As kube-scheduler: only a successful scheduling cycle moves the pods it named
             # up. Activating them after a failure too let two members of a gang that
@@ -366,7 +370,7 @@ class ScheduleOne:
         """Wait at Permit, then PreBind, Bind, PostBind. Never raises for a failed binding
         nor for a bug after it: the placement is undone and the pod requeued (or dropped)
         here. Only cancellation propagates, after undoing the placement."""
-        fw = self.frameworks[decision.pod.scheduler_name]
+        fw = decision.framework or self.frameworks[decision.pod.scheduler_name]
         pod, node, state = decision.pod, decision.node, decision.state
         tb = time.perf_counter_ns()
         settled = ""
@@ -479,7 +483,7 @@ class ScheduleOne:
         return None  # may still land: keep the cards held and look again
 
     def _bind_failed(self, info: QueuedPodInfo, decision: Decision, st: Status, tb: int) -> Outcome:
-        fw = self.frameworks[decision.pod.scheduler_name]
+        fw = decision.framework or self.frameworks[decision.pod.scheduler_name]
         uid = decision.pod.uid
         freed = self._unwind(fw, decision)
         decision.status = st

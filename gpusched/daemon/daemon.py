@@ -57,6 +57,7 @@ from gpusched.core.schedule_one import Result, ScheduleOne
 from gpusched.daemon.gang_status import GangStatusPublisher
 from gpusched.daemon.liveness import Liveness
 from gpusched.daemon.quota_status import QuotaStatusPublisher
+from gpusched.daemon.reload import DEFAULT_POLL_SECONDS, ConfigReload
 from gpusched.daemon.reporting import Reporter
 from gpusched.daemon.tasks import Tasks
 from gpusched.daemon.warmup import warm_kernels
@@ -118,6 +119,17 @@ class DaemonOptions:
     warm_up: bool = True  # compile the kernels before seeking the Lease (daemon/warmup.py)
     # Watch PodGroups and write their status; None: when a profile enables GANG_PLUGIN.
     pod_groups: bool | None = None
+    # Configuration hot reload (daemon/reload.py): the --config file watched ("": none),
+    # the hash of the bytes `config` was loaded from, the poll interval (0: off), the
+    # ConfigMap ("namespace/name") or else this Pod's namespace (with `instance`, its
+    # name) that a refused file's Event regards, and the --leader-elect flag a new file
+    # gets as the first one did.
+    config_file: str = ""
+    config_digest: str = ""
+    config_poll_seconds: float = DEFAULT_POLL_SECONDS
+    config_map: str = ""
+    pod_namespace: str = ""
+    leader_elect: bool | None = None
 
 
 class Daemon:
@@ -361,6 +373,32 @@ class Daemon:
             )
             self.schedule_one.fence = self._fence
         self.failed = False  # a core task died: `gpusched run` exits 1
+        self.reload: ConfigReload | None = None
+        self.metrics.config_generation.set(1)  # without a watched file it stays the first
+        if self.options.config_file and self.options.config_poll_seconds > 0:
+            self.reload = ConfigReload(
+                self,
+                self.options.config_file,
+                initial_digest=self.options.config_digest,
+                interval=self.options.config_poll_seconds,
+                config_map=self.options.config_map,
+                pod_namespace=self.options.pod_namespace,
+                leader_elect=self.options.leader_elect,
+                unwatched=self._unwatched_plugins(),
+            )
+
+    def _unwatched_plugins(self) -> set[str]:
+        """Plugins whose watches this daemon did not start: a reload may not enable one."""
+        out: set[str] = set()
+        if self.volumes is None:
+            out |= VOLUME_PLUGINS
+        if self.dra is None:
+            out.add(DRA_PLUGIN)
+        if self.pod_groups is None:
+            out.add(GANG_PLUGIN)
+        if self.disruption is None:
+            out.add(PREEMPTION_PLUGIN)
+        return out
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -398,6 +436,9 @@ class Daemon:
         if self.dra is not None:
             background.append(asyncio.create_task(self.dra.run(), name="watch dra"))
         background.append(asyncio.create_task(self.quotas.run(), name="watch elasticquotas"))
+        if self.reload is not None:
+            # Standbys reload too: the moment one leads it schedules with the current file.
+            background.append(asyncio.create_task(self.reload.run(), name="config reload"))
         if self.disruption is not None:
             background.append(
                 asyncio.create_task(self.disruption.run(), name="watch poddisruptionbudgets")
@@ -470,6 +511,8 @@ class Daemon:
                 if use is not None:
                     self._write_overcommit(name, "Warning", OVERCOMMITTED, use.describe())
             self._overcommit_unwritten.clear()
+            if self.reload is not None:
+                self.reload.took_lead()
             for gated in list(self.queue.gated.values()):
                 fw = self.frameworks.get(gated.pod.scheduler_name)
                 if fw is not None:
@@ -715,6 +758,9 @@ class Daemon:
             result="gated",
             plugin=status.plugin,
             message=status.message(),
+            config_generation=fw.generation
+            if (fw := self.frameworks.get(pod.scheduler_name))
+            else None,
         )
         if self.leading.is_set():
             self._write_gated(pod, status)

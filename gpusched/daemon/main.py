@@ -13,14 +13,10 @@ from pathlib import Path
 
 import aiohttp
 
-from gpusched.config import (
-    ConfigError,
-    SchedulerConfig,
-    default_config,
-    load_config,
-)
+from gpusched.config import ConfigError, SchedulerConfig, default_config
 from gpusched.core.runtime.validate import validate_profiles
 from gpusched.daemon.daemon import Daemon, DaemonOptions, Logger
+from gpusched.daemon.reload import DEFAULT_POLL_SECONDS, digest, read_new_config
 from gpusched.framework.registry import Registry
 from gpusched.kube import faults
 from gpusched.kube.client import ApiError, Kube
@@ -36,14 +32,34 @@ class RunArgs:
     metrics_port: int = 10259
     log_level: str = "info"
     leader_elect: bool | None = None  # --leader-elect; None: leaderElection.leaderElect
+    # --config-poll-seconds: how often the --config file is checked for a new version
+    # (daemon/reload.py); 0 turns hot reload off.
+    config_poll_seconds: float = DEFAULT_POLL_SECONDS
+    # --config-map NAMESPACE/NAME (default $GPUSCHED_CONFIG_MAP): the ConfigMap the file
+    # is mounted from, which a refused reload's Warning Event regards.
+    config_map: str = ""
 
 
 def effective_config(args: RunArgs, registry: Registry) -> SchedulerConfig:
     """The --config file (or the built-in profile), validated, with the flags applied.
     Raises ConfigError or OSError."""
-    # A Path: --config is a file whatever its suffix, never YAML text.
-    config = load_config(Path(args.config), registry) if args.config else default_config(registry)
-    validate_profiles(config, registry)
+    return _load(args, registry)[0]
+
+
+def _load(args: RunArgs, registry: Registry) -> tuple[SchedulerConfig, str]:
+    """effective_config and the hash of the bytes it was read from (the reload's baseline:
+    the watcher compares new versions with exactly what was loaded)."""
+    if not args.config:
+        config = default_config(registry)
+        validate_profiles(config, registry)
+        return _flags(config, args), ""
+    # Read once, then parsed from these bytes: a ConfigMap update between a read for the
+    # hash and a read for the loader would otherwise go unnoticed by the watcher.
+    data = Path(args.config).read_bytes()
+    return read_new_config(data, args.config, registry, args.leader_elect), digest(data)
+
+
+def _flags(config: SchedulerConfig, args: RunArgs) -> SchedulerConfig:
     if args.leader_elect is not None:
         # The flag wins over the file, as kube-scheduler's --leader-elect does.
         election = dataclasses.replace(config.leader_election, leader_elect=args.leader_elect)
@@ -68,7 +84,7 @@ def run_main(args: RunArgs) -> int:
         )
     registry = default_registry()
     try:
-        config = effective_config(args, registry)
+        config, config_digest = _load(args, registry)
     except ConfigError as exc:
         print(
             f"gpusched run: invalid configuration {args.config or '(built-in)'}:\n{exc}\n"
@@ -84,7 +100,7 @@ def run_main(args: RunArgs) -> int:
     except ValueError as exc:
         print(f"gpusched run: --log-level: {exc}", file=sys.stderr)
         return 2
-    return asyncio.run(_run(args, config, registry, logger))
+    return asyncio.run(_run(args, config, registry, logger, config_digest))
 
 
 _CONNECT_HINT = (
@@ -142,7 +158,9 @@ async def preflight(kube: Kube, where: str) -> str | None:
     return None
 
 
-async def _run(args: RunArgs, config: SchedulerConfig, registry: Registry, log: Logger) -> int:
+async def _run(
+    args: RunArgs, config: SchedulerConfig, registry: Registry, log: Logger, config_digest: str
+) -> int:
     problem = missing_connection(args.kubeconfig)
     if problem is not None:
         print(f"gpusched run: no cluster connection: {problem}.\n{_CONNECT_HINT}", file=sys.stderr)
@@ -172,7 +190,15 @@ async def _run(args: RunArgs, config: SchedulerConfig, registry: Registry, log: 
             registry,
             log,
             metrics=metrics,
-            options=DaemonOptions(instance=instance),
+            options=DaemonOptions(
+                instance=instance,
+                config_file=args.config or "",
+                config_digest=config_digest,
+                config_poll_seconds=args.config_poll_seconds,
+                config_map=args.config_map or os.environ.get("GPUSCHED_CONFIG_MAP", ""),
+                pod_namespace=os.environ.get("POD_NAMESPACE", ""),
+                leader_elect=args.leader_elect,
+            ),
         )
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):

@@ -77,6 +77,9 @@ class Reporter(Observer):
             message=message,
             extra_us=bind_us,
         )
+        # The configuration generation the attempt was scheduled with (daemon/reload.py).
+        fw = decision.framework or self.frameworks.get(profile)
+        record["config_generation"] = fw.generation if fw is not None else None
         if outcome in (Outcome.BOUND, Outcome.DROPPED):
             self.log.info("decision", **record)
         else:

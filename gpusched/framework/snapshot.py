@@ -156,6 +156,7 @@ class NodeColumns:
         self.models = Interner()
         self.racks = Interner()
         self.spines = Interner()
+        self.cliques = Interner()  # NVLink fabric cliques (nvidia.com/gpu.clique values)
         self.labelsets = Interner()  # values: frozenset of (key, value) under watched keys
         self.taintsets = Interner()  # values: tuple[Taint, ...]
         # The label keys something selects on, least recently declared first.
@@ -220,6 +221,7 @@ class NodeColumns:
         grow("node_sampled_at", (capacity,), np.float64, np.nan)
         grow("node_rack", (capacity,), np.int32, -1)
         grow("node_spine", (capacity,), np.int32, -1)
+        grow("node_clique", (capacity,), np.int32, -1)
         grow("node_labelset", (capacity,), np.int32, -1)
         grow("node_taintset", (capacity,), np.int32, -1)
         grow("row_version", (capacity,), np.int64, 0)
@@ -273,6 +275,8 @@ class NodeColumns:
     node_sampled_at: NDArray[np.float64]
     node_rack: NDArray[np.int32]
     node_spine: NDArray[np.int32]
+    # The node's NVLink fabric clique id (`cliques`), -1 when it is in none.
+    node_clique: NDArray[np.int32]
     node_labelset: NDArray[np.int32]
     node_taintset: NDArray[np.int32]
     row_version: NDArray[np.int64]

@@ -27,6 +27,7 @@ from gpusched.kernels.fit_resources import (
 from gpusched.kernels.frag_score import frag_score_nb, frag_score_np
 from gpusched.kernels.gang_fit import gang_fit_nb, gang_fit_np
 from gpusched.kernels.gpu_summary import gpu_summary_nb, gpu_summary_np
+from gpusched.kernels.nvlink_score import nvlink_score_nb, nvlink_score_np
 from gpusched.kernels.packing_score import packing_score_nb, packing_score_np
 from gpusched.kernels.preemption import preemption_victims_nb, preemption_victims_np
 from gpusched.kernels.thermal_filter import thermal_filter_nb, thermal_filter_np
@@ -67,6 +68,8 @@ __all__ = [
     "gang_fit_np",
     "gpu_summary_nb",
     "gpu_summary_np",
+    "nvlink_score_nb",
+    "nvlink_score_np",
     "packing_score_nb",
     "packing_score_np",
     "preemption_victims_nb",

@@ -40,7 +40,9 @@ PATHS = {
     GangAPI.COSCHEDULING: f"/apis/{COSCHEDULING_GROUP}/{COSCHEDULING_VERSION}/podgroups",
     GangAPI.WORKLOAD: f"/apis/{WORKLOAD_GROUP}/{WORKLOAD_VERSION}/podgroups",
 }
-TIERS = (TIER_RACK, TIER_SPINE)
+# The clique tier is GFD's label key: a gang in one NVLink fabric domain (TierDomains reads
+# any label key).
+TIERS = (TIER_RACK, TIER_SPINE, keys.GFD_CLIQUE)
 
 OnChange = Callable[[GangAPI, str, bool], None]
 

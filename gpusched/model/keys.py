@@ -13,10 +13,10 @@ POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
 GANG_NAME = "scheduling.ai/gang-name"
 GANG_TOTAL = "scheduling.ai/gang-total"
 JOB_ID_LABEL = "ai.training/job-id"
-# A gang's topology: "rack" or "spine", on the PodGroup (or on an annotation gang's pods).
+# A gang's topology: "rack", "spine" or the NVLink fabric clique label (GFD_CLIQUE), on the
+# PodGroup (or on an annotation gang's pods).
 TOPOLOGY_REQUIRED = "gpusched.io/topology-required"
 TOPOLOGY_PREFERRED = "gpusched.io/topology-preferred"
-TOPOLOGY_TIERS = ("rack", "spine")
 TENANT_LABEL = "gpusched.io/tenant"
 PREEMPTIBLE = "gpusched.io/preemptible"
 LAST_CHECKPOINT = "gpusched.io/last-checkpoint-time"
@@ -33,6 +33,10 @@ GFD_PRODUCT = "nvidia.com/gpu.product"
 GFD_MEMORY = "nvidia.com/gpu.memory"
 RACK_LABEL = "topology.gpusched.io/rack"
 SPINE_LABEL = "topology.gpusched.io/spine"
+# GPU Feature Discovery's multi-node NVLink fabric domain: "<ClusterUUID>.<CliqueId>" (the
+# cards' NVML GpuFabricInfo), set only when every fabric-attached card agrees on both.
+GFD_CLIQUE = "nvidia.com/gpu.clique"
+TOPOLOGY_TIERS = ("rack", "spine", GFD_CLIQUE)
 
 # Every pod annotation the parser validates, so an unknown gpusched.io/ key can be flagged.
 POD_ANNOTATIONS = (

@@ -6,6 +6,7 @@ the hot path reads the snapshot's columns, never these objects.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -33,6 +34,13 @@ class Card:
     numa: int = -1
     healthy: bool = True
     uuid: str = ""
+    # The card's multi-node NVLink domain as GPU Feature Discovery's nvidia.com/gpu.clique
+    # label spells it ("<clusterUuid>.<cliqueId>"); "" when the card is in none or the
+    # node did not say (gpusched agent writes it, docs/telemetry-agent.md).
+    fabric_clique: str = ""
+    # The enforced power limit in watts (NVML), what power headroom is measured against;
+    # 0 when unknown.
+    power_limit_w: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +62,9 @@ class NodeModel:
     unschedulable: bool = False
     rack: str = ""
     spine: str = ""
+    # The NVLink fabric clique (GFD's nvidia.com/gpu.clique, the whole value: a CliqueId is
+    # unique only within its ClusterUUID); "" when the node is in none.
+    clique: str = ""
     # Where the card list came from: "inventory" (gpusched agent), "gfd" (labels and
     # allocatable, cards assumed identical), "dra" (the node's ResourceSlices:
     # dra/cards.py), or "none" (a CPU node).
@@ -81,6 +92,7 @@ class TopologyKeys:
 
     rack: str = keys.RACK_LABEL
     spine: str = keys.SPINE_LABEL
+    clique: str = keys.GFD_CLIQUE
 
 
 # A node's resources as the int64/int32 snapshot columns hold them: no node has more, and a
@@ -165,6 +177,11 @@ _COUNT = re.compile(r"[0-9]{1,18}")  # a label integer: ASCII digits only ('٣' 
 # columns), low enough that `nvidia.com/gpu: 1e8` cannot build 10^8 objects first.
 MAX_PARSED_CARDS = 1024
 MAX_CARD_MEMORY_MIB = 2**31 - 1
+# Above any card's power limit (a GB200 superchip's is under 3 kW).
+MAX_CARD_POWER_W = 100_000
+# A fabric clique is compared with the nvidia.com/gpu.clique label, so it must be a valid
+# label value (at most 63 characters, alphanumerics and '-', '_', '.' inside).
+_LABEL_VALUE = re.compile(r"(?:[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?")
 
 
 def _parse_inventory(raw: object) -> tuple[tuple[Card, ...], str]:
@@ -213,6 +230,22 @@ def _parse_inventory(raw: object) -> tuple[tuple[Card, ...], str]:
         model = item.get("model", "")
         if not isinstance(model, str):
             return (), f"{where}.model={model!r} must be a string"
+        clique = item.get("fabricClique", "")
+        if not isinstance(clique, str) or not _LABEL_VALUE.fullmatch(clique):
+            return (), (
+                f"{where}.fabricClique={clique!r} must be a label value like"
+                " nvidia.com/gpu.clique's (<clusterUuid>.<cliqueId>, at most 63 characters)"
+            )
+        power = item.get("powerLimitW", 0)
+        if (
+            not isinstance(power, int)
+            or isinstance(power, bool)
+            or not 0 <= power <= MAX_CARD_POWER_W
+        ):
+            return (
+                (),
+                f"{where}.powerLimitW={power!r} must be an integer in [0, {MAX_CARD_POWER_W}]",
+            )
         cards.append(
             Card(
                 index=index,
@@ -222,6 +255,8 @@ def _parse_inventory(raw: object) -> tuple[tuple[Card, ...], str]:
                 numa=numa,
                 healthy=healthy,
                 uuid=str(item.get("uuid", "")),
+                fabric_clique=clique,
+                power_limit_w=power,
             )
         )
     cards.sort(key=lambda c: c.index)
@@ -245,6 +280,14 @@ def _gfd_cards(labels: Mapping[str, str], gpus: int) -> tuple[tuple[Card, ...], 
     if memory == 0:
         warnings.append("GPU memory unknown: pods asking for GPU memory will not fit here")
     return tuple(Card(index=i, model=model, memory_mib=memory) for i in range(gpus)), warnings
+
+
+def _inventory_clique(cards: tuple[Card, ...]) -> str:
+    """The node's fabric clique from `gpusched agent`'s inventory when GPU Feature Discovery
+    does not label it: the clique all its cards share ("" when they do not all share one:
+    GFD leaves the label off such a node too)."""
+    cliques = {c.fabric_clique for c in cards}
+    return cliques.pop() if len(cliques) == 1 else ""
 
 
 def node_from_k8s(obj: object, topo: TopologyKeys | None = None) -> NodeModel:
@@ -305,12 +348,7 @@ def node_from_k8s(obj: object, topo: TopologyKeys | None = None) -> NodeModel:
             f"inventory lists {len(cards)} cards but allocatable {keys.GPU_RESOURCE} is {gpus}; "
             f"cards {gpus}..{len(cards) - 1} treated as unavailable"
         )
-        cards = tuple(
-            c
-            if c.index < gpus
-            else Card(c.index, c.model, c.memory_mib, c.nvlink_island, c.numa, False, c.uuid)
-            for c in cards
-        )
+        cards = tuple(c if c.index < gpus else dataclasses.replace(c, healthy=False) for c in cards)
 
     raw_taints = spec.get("taints") or []
     if not isinstance(raw_taints, list):
@@ -332,6 +370,7 @@ def node_from_k8s(obj: object, topo: TopologyKeys | None = None) -> NodeModel:
         unschedulable=bool(spec.get("unschedulable", False)),
         rack=labels.get(topo.rack, ""),
         spine=labels.get(topo.spine, ""),
+        clique=labels.get(topo.clique, "") or _inventory_clique(cards),
         gpu_source=source,
         other=other,
         warnings=tuple(warnings),

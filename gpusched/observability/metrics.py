@@ -84,6 +84,22 @@ class Metrics:
             registry=r,
         )
 
+        # Configuration hot reload (daemon/reload.py): the generation in use (1 at start, +1
+        # per applied reload; decision records name it too) and every new file judged.
+        self.config_generation = Gauge(
+            "gpusched_config_generation",
+            "Generation of the scheduler configuration in use: 1 at start, +1 per reload applied.",
+            registry=r,
+        )
+        self.config_reloads = Counter(
+            "gpusched_config_reloads",
+            "Changed configuration files read, by the result: applied, unchanged (same"
+            " effective configuration), invalid, needs_restart (both refused: the running"
+            " configuration stays).",
+            ["result"],
+            registry=r,
+        )
+
     def render(self) -> bytes:
         return generate_latest(self.registry)
 

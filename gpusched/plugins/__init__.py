@@ -23,6 +23,7 @@ from gpusched.plugins.node_resources_balanced_allocation import NodeResourcesBal
 from gpusched.plugins.node_resources_fit import NodeResourcesFit
 from gpusched.plugins.node_unschedulable import NodeUnschedulable
 from gpusched.plugins.node_volume_limits import NodeVolumeLimits
+from gpusched.plugins.nvlink_topology import NVLinkTopology
 from gpusched.plugins.pod_topology_spread import PodTopologySpread
 from gpusched.plugins.power_headroom import PowerHeadroom
 from gpusched.plugins.preemption import Preemption
@@ -62,6 +63,7 @@ BUILTIN = (
     Thermal,
     PowerHeadroom,
     NetworkLocality,
+    NVLinkTopology,
     TenantLoad,
     DefaultBinder,
     Preemption,

@@ -162,7 +162,7 @@ class TelemetryIngest:
                     reading.gpu_temp,
                     reading.memory_temp,
                     reading.power_w,
-                    reading.power_limit_w,
+                    self._power_limit(row, card, reading),
                     reading.util_pct,
                     reading.fb_used_mib,
                     reading.fb_free_mib,
@@ -174,6 +174,17 @@ class TelemetryIngest:
         snap.expire_readings(now - self.settings.stale_after_seconds)
         self._track_states(report)
         return report
+
+    def _power_limit(self, row: int, card: int, reading: CardReading) -> float:
+        """The reading's enforced power limit, else the one `gpusched agent` read from NVML
+        into the node's inventory (dcgm-exporter does not export the limit by default)."""
+        if not math.isnan(reading.power_limit_w):
+            return reading.power_limit_w
+        node = self.snapshot.nodes[row]
+        listed = (
+            node.cards[card].power_limit_w if node is not None and card < len(node.cards) else 0
+        )
+        return float(listed) if listed > 0 else math.nan
 
     def _judge(self, row: int, card: int, reading: CardReading, report: IngestReport) -> None:
         """Update the card's sickness from a fresh reading."""

@@ -80,6 +80,10 @@ async def test_daemon_works_with_the_shipped_rbac(
             namespace="kube-system",
             name="" if verb == "create" else "gpusched",
         )
+    # A refused configuration reload reads the ConfigMap's uid for its Event.
+    await wait_until_allowed(
+        kube, account, "get", "configmaps", namespace="kube-system", name="gpusched-config"
+    )
     request = await kube.post(
         f"/api/v1/namespaces/{ns}/serviceaccounts/{name}/token",
         {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}},

@@ -103,6 +103,8 @@ class Snapshot(NodeColumns):
         if old is None or old.rack != node.rack or old.spine != node.spine:
             self.node_rack[row] = self.racks.id(node.rack) if node.rack else -1
             self.node_spine[row] = self.spines.id(node.spine) if node.spine else -1
+        if old is None or old.clique != node.clique:
+            self.node_clique[row] = self.cliques.id(node.clique) if node.clique else -1
         self.node_valid[row] = True
         self.touch(row)
         return row
@@ -236,6 +238,7 @@ class Snapshot(NodeColumns):
         self._set_taintset(row, ())
         self.card_model[row] = NO_CARD
         self.node_dra_cards[row] = False
+        self.node_clique[row] = -1
         self.card_free_milli[row] = 0
         self.card_free_mem[row] = 0
         self._clear_readings(row)

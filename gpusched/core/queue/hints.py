@@ -66,7 +66,7 @@ class NodeChange(enum.Flag):
     LABELS = enum.auto()  # a label some selector reads (a watched key) changed
     TAINTS = enum.auto()  # a taint went away (or changed)
     SCHEDULABLE = enum.auto()  # spec.unschedulable went from true to false
-    TOPOLOGY = enum.auto()  # rack or spine changed
+    TOPOLOGY = enum.auto()  # rack, spine or NVLink fabric clique changed
     # a taint was added: it never helps TaintToleration, but with nodeTaintsPolicy Honor it
     # takes the node's domain out of a spread's global minimum (kube-scheduler requeues
     # PodTopologySpread on any taint change)
@@ -277,6 +277,6 @@ def node_change(old: NodeModel, new: NodeModel, *, labels_changed: bool) -> Node
         out |= NodeChange.TAINT_ADDED
     if old.unschedulable and not new.unschedulable:
         out |= NodeChange.SCHEDULABLE
-    if old.rack != new.rack or old.spine != new.spine:
+    if old.rack != new.rack or old.spine != new.spine or old.clique != new.clique:
         out |= NodeChange.TOPOLOGY
     return out

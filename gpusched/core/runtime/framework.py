@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -135,13 +135,22 @@ class Framework:
         tie_break: TieBreak | None = None,
         seed: int = 0,
         waiting: WaitingPods | None = None,
+        previous: Framework | None = None,
+        generation: int = 1,
     ) -> None:
         """`seed` orders nodes for the tie-break (core/runtime/tie_break.py); `tie_break`
-        replaces the rule (the simulator's reproduction of the FGD paper's node order)."""
+        replaces the rule (the simulator's reproduction of the FGD paper's node order).
+        `previous`: the framework this one replaces on a configuration reload
+        (daemon/reload.py): each of its plugin instances whose args are unchanged is kept,
+        with what it learnt (prices, caches, nominations), and so are its timings.
+        `generation`: the configuration generation it was built from (decision records)."""
         self.profile = profile
         self.handle = handle
         self.scheduler_name = profile.scheduler_name
-        self.timings = Timings()
+        self.generation = generation
+        self.timings: Timings = previous.timings if previous is not None else Timings()
+        # Plugin names whose instance came from `previous` (the rest are new).
+        self.reused: frozenset[str] = frozenset()
         # Pods parked at Permit: the handle's map when it has one, so every profile and the
         # plugins (Handle.waiting_pods) see the same pods.
         self.waiting = waiting if waiting is not None else WaitingPods()
@@ -159,7 +168,19 @@ class Framework:
                 args = default_args(
                     spec, f"profiles[{profile.scheduler_name}].pluginConfig[{name}].args"
                 )
+            kept = previous.plugins.get(name) if previous is not None else None
+            if (
+                previous is not None
+                and type(kept) is spec.cls
+                and previous.profile.plugin_args.get(name) == profile.plugin_args.get(name)
+            ):
+                self.plugins[name] = kept
+                continue
             self.plugins[name] = spec.cls(args, handle)
+        if previous is not None:
+            self.reused = frozenset(
+                n for n, p in self.plugins.items() if previous.plugins.get(n) is p
+            )
 
         def at(point: Point) -> list[Any]:
             out = []
@@ -494,9 +515,12 @@ class Framework:
             except Exception:
                 _log.exception("PostBind of %s raised for pod %s", p.name, pod.key)
 
-    def warm_start(self, pods: Sequence[PodInfo]) -> None:
-        """Hand the profile's already bound pods to every plugin that learns from them."""
+    def warm_start(self, pods: Sequence[PodInfo], only: Collection[str] | None = None) -> None:
+        """Hand the profile's already bound pods to every plugin that learns from them
+        (`only`: to these plugins, e.g. the new instances of a reload)."""
         for name, plugin in self.plugins.items():
+            if only is not None and name not in only:
+                continue
             if isinstance(plugin, WarmStartPlugin):
                 try:
                     plugin.warm_start(pods)

@@ -600,12 +600,23 @@ class GangScheduling:
     ) -> placement.Choice | Status | None:
         """The racks for the gang's missing members. `near`: rows of members already
         placed (a replaced member, members beyond a failed attempt): the gang grows in their
-        racks when those can hold the rest, and never leaves their required domain."""
+        racks when those can hold the rest, and never leaves their required domain.
+
+        When nodes carry NVLink fabric cliques (nvidia.com/gpu.clique), one clique that
+        holds the missing members comes first (inside the required domain; a growing gang:
+        one of its members' cliques), before the preferred tier and the fewest racks."""
         snap = self.handle.snapshot
         domain = self._domain(pol.required)
         if isinstance(domain, Status):
             return domain
         rack, spine = _rack_ids(snap.node_rack), _rack_ids(snap.node_spine)
+        clique = _clique_domains(snap.node_clique, snap.node_valid, domain)
+        if clique is not None:
+            if near is not None and len(near):
+                clique = np.where(np.isin(clique, clique[near]), clique, -1)
+            choice = placement.choose(counts, rack, spine, need, clique)
+            if choice is not None:
+                return choice
         if domain is None and pol.preferred and (near is None or not len(near)):
             preferred = self._domain(pol.preferred)
             if isinstance(preferred, np.ndarray):
@@ -670,6 +681,22 @@ def _rack_ids(column: NDArray[np.int32]) -> NDArray[np.int64]:
     if len(ids):
         ids[ids < 0] = int(ids.max()) + 1
     return ids
+
+
+def _clique_domains(
+    clique: NDArray[np.int32], valid: NDArray[np.bool_], domain: NDArray[np.int64] | None
+) -> NDArray[np.int64] | None:
+    """Per row, the id of its NVLink fabric clique (inside a required domain: of the pair
+    (domain, clique), so a clique straddling two domains counts as one per domain); -1 for
+    a node in none. None when no node has a clique: placement as without cliques."""
+    ids = clique.astype(np.int64)
+    if not (valid & (ids >= 0)).any():
+        return None
+    if domain is None:
+        return ids
+    inside = (ids >= 0) & (domain >= 0)
+    pair = domain * (int(ids.max()) + 1) + ids
+    return np.where(inside, pair, -1)
 
 
 def _tier_word(tier: str) -> str:

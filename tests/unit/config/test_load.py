@@ -65,6 +65,7 @@ def test_minimal_document_is_the_default_profile(registry: Registry) -> None:
         PluginRef("InterPodAffinity", 2),
         PluginRef("PodTopologySpread", 2),
         PluginRef("TenantLoad", 0.1),
+        PluginRef("NVLinkTopology", 0.25),
     )
     # Every plugin with an Args type gets its defaults filled in at load time.
     assert p.plugin_args == {

@@ -50,6 +50,7 @@ def test_enabled_naming_a_default_replaces_it_in_place(registry: Registry) -> No
         PluginRef("InterPodAffinity", 2),
         PluginRef("PodTopologySpread", 2),
         PluginRef("TenantLoad", 0.1),
+        PluginRef("NVLinkTopology", 0.25),
     )
 
 

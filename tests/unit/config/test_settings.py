@@ -99,7 +99,7 @@ def test_settings_are_read(registry: Registry) -> None:
             "podInitialBackoffSeconds": 2,
             "podMaxBackoffSeconds": 20.5,
             "podMaxInUnschedulablePodsDurationSeconds": 60,
-            "topologyKeys": {"rack": "example.com/rack"},
+            "topologyKeys": {"rack": "example.com/rack", "clique": "example.com/nvl-domain"},
             "maxCardsPerNode": 16,
             "tieBreakSeed": 42,
         },
@@ -110,7 +110,9 @@ def test_settings_are_read(registry: Registry) -> None:
     assert cfg.pod_initial_backoff_seconds == 2.0
     assert cfg.pod_max_backoff_seconds == 20.5
     assert cfg.pod_max_in_unschedulable_pods_duration_seconds == 60
-    assert cfg.topology_keys == TopologyKeys("example.com/rack", "topology.gpusched.io/spine")
+    assert cfg.topology_keys == TopologyKeys(
+        "example.com/rack", "topology.gpusched.io/spine", "example.com/nvl-domain"
+    )
     assert cfg.max_cards_per_node == 16
 
 
@@ -147,6 +149,7 @@ def test_settings_are_read(registry: Registry) -> None:
         ({"clientConnection": {"burst": 0}}, "clientConnection.burst: must be >= 1, got 0"),
         ({"clientConnection": {"kubeconfig": "x"}}, "clientConnection.kubeconfig: unknown field"),
         ({"topologyKeys": {"rack": "bad key!"}}, "topologyKeys.rack: is not a valid label key"),
+        ({"topologyKeys": {"clique": "a b"}}, "topologyKeys.clique: is not a valid label key"),
         (
             {"clientConnection": {"tcpKeepaliveSeconds": 0}},
             "clientConnection.tcpKeepaliveSeconds: must be >= 1, got 0",

@@ -100,7 +100,8 @@ def test_x_k8s_defaults(spec: dict[str, Any], min_member: int, timeout: float | 
         ),
         (
             x_k8s(annotations={"gpusched.io/topology-preferred": "row"}),
-            "annotation gpusched.io/topology-preferred='row': must be rack or spine",
+            "annotation gpusched.io/topology-preferred='row':"
+            " must be rack or spine or nvidia.com/gpu.clique",
         ),
         ({**x_k8s(), "spec": ["minMember", 2]}, "spec is not an object"),
     ],
@@ -172,7 +173,8 @@ def test_upstream_topology_key_is_required() -> None:
         (
             GANG_OF_8,
             {"gpusched.io/topology-required": "island"},
-            "annotation gpusched.io/topology-required='island': must be rack or spine",
+            "annotation gpusched.io/topology-required='island':"
+            " must be rack or spine or nvidia.com/gpu.clique",
         ),
     ],
 )

@@ -70,6 +70,44 @@ def test_inventory_annotation() -> None:
     )
 
 
+def test_inventory_extra_fields_read_and_default() -> None:
+    """gpusched agent's fabricClique and powerLimitW; annotations without them stay valid."""
+    clique = "5b2d7c1e-9f04-4a8e-b3c6-0d1e2f3a4b5c.32766"
+    m = node_from_k8s(node({keys.GPU_INVENTORY: inventory(fabricClique=clique, powerLimitW=700)}))
+    assert m.warnings == ()
+    assert {(c.fabric_clique, c.power_limit_w) for c in m.cards} == {(clique, 700)}
+    assert m.clique == clique  # no GFD label: the cards' shared clique is the node's
+    labelled = node({keys.GPU_INVENTORY: inventory(fabricClique=clique)}, {keys.GFD_CLIQUE: "g.1"})
+    assert node_from_k8s(labelled).clique == "g.1"  # GFD's label wins
+    old = node_from_k8s(node({keys.GPU_INVENTORY: inventory()}))
+    assert old.gpu_source == "inventory" and old.warnings == ()
+    assert {(c.fabric_clique, c.power_limit_w) for c in old.cards} == {("", 0)}
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "says"),
+    [
+        ("fabricClique", 7, "fabricClique=7 must be a label value"),
+        ("fabricClique", "a b", "fabricClique='a b' must be a label value"),
+        ("fabricClique", "x" * 64, "at most 63 characters"),
+        ("fabricClique", "-abc", "fabricClique='-abc'"),
+        ("powerLimitW", -1, "powerLimitW=-1 must be an integer in [0, 100000]"),
+        ("powerLimitW", 700.5, "powerLimitW=700.5"),
+        ("powerLimitW", True, "powerLimitW=True"),
+        ("powerLimitW", 10**6, "powerLimitW=1000000"),
+    ],
+)
+def test_inventory_extra_fields_validated(field: str, value: object, says: str) -> None:
+    m = node_from_k8s(node({keys.GPU_INVENTORY: inventory(**{field: value})}, gpus="4"))
+    assert m.gpu_source == "gfd"
+    assert any(says in w and "falling back" in w for w in m.warnings), m.warnings
+
+
+def test_cards_beyond_allocatable_keep_their_extra_fields() -> None:
+    m = node_from_k8s(node({keys.GPU_INVENTORY: inventory(2, powerLimitW=400)}, gpus="1"))
+    assert [(c.healthy, c.power_limit_w) for c in m.cards] == [(True, 400), (False, 400)]
+
+
 def test_gfd_fallback_identical_cards() -> None:
     m = node_from_k8s(
         node(labels={keys.GFD_PRODUCT: "Tesla-T4", keys.GFD_MEMORY: "15360"}, gpus="2")
@@ -293,3 +331,12 @@ def test_other_allocatable_resources_in_base_units() -> None:
     }
     assert any("bad.io/x" in w for w in n.warnings)
     assert node_from_k8s(node()).other == ()  # cpu, memory, pods and the GPU count are fields
+
+
+def test_fabric_clique_label() -> None:
+    clique = "4a1f0c3e-9d2b-4c5a-8e7f-1b2c3d4e5f60.7"
+    m = node_from_k8s(node(labels={keys.GFD_CLIQUE: clique}))
+    assert m.clique == clique  # the whole value: a CliqueId is unique only in its cluster
+    assert node_from_k8s(node()).clique == ""
+    custom = TopologyKeys(clique="example.com/nvl")
+    assert node_from_k8s(node(labels={"example.com/nvl": "d1"}), custom).clique == "d1"

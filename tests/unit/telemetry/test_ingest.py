@@ -175,3 +175,16 @@ def test_removed_nodes_are_forgotten(snap: Snapshot) -> None:
     snap.upsert_node(_node("gpu-b"))
     ingest.apply([], now=3.0)
     assert snap.card_healthy[snap.row_of("gpu-b"), :4].all()
+
+
+def test_the_power_limit_falls_back_to_the_inventory(snap: Snapshot) -> None:
+    cards = tuple(Card(i, "H100", 81920, power_limit_w=700) for i in range(2))
+    snap.upsert_node(NodeModel("gpu-h", 64_000, 2**38, 110, cards=cards))
+    ingest = TelemetryIngest(snap, SETTINGS)
+    ingest.apply(
+        [_r("gpu-h", 0, 1.0, power_w=350.0), _r("gpu-h", 1, 1.0, power_limit_w=500.0)], now=1.0
+    )
+    row = snap.row_of("gpu-h")
+    assert list(snap.card_power_limit[row, :2]) == [700.0, 500.0]  # the reading's own wins
+    ingest.apply([_r("gpu-b", 0, 1.0, power_w=200.0)], now=1.0)
+    assert math.isnan(snap.card_power_limit[snap.row_of("gpu-b"), 0])  # neither knows it

@@ -168,3 +168,17 @@ def test_other_resource_columns_are_bounded_with_a_clear_refusal() -> None:
         snap.upsert_node(node(f"n{i}", other={"example.com/r0": i}))
     assert snap.node_other_alloc[snap.row_of("n3"), snap.other_column("example.com/r0")] == 3
     assert snap.node_other_alloc[snap.row_of("a"), snap.other_column("example.com/r5")] == 1
+
+
+def test_clique_column_interns_values_and_follows_the_node() -> None:
+    a = dataclasses.replace(node("a"), clique="u.1")
+    b = dataclasses.replace(node("b"), clique="u.1")
+    c = node("c")
+    snap = snapshot(a, b, c)
+    ra, rb, rc = (snap.row_of(n) for n in "abc")
+    assert snap.node_clique[ra] == snap.node_clique[rb] >= 0
+    assert snap.node_clique[rc] == -1
+    snap.upsert_node(dataclasses.replace(b, clique="u.2"))
+    assert snap.node_clique[rb] >= 0 and snap.node_clique[rb] != snap.node_clique[ra]
+    snap.remove_node("a")
+    assert snap.node_clique[ra] == -1

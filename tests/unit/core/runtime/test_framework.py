@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from dataclasses import replace
 from typing import Any, ClassVar
 
@@ -366,3 +367,46 @@ def test_pre_enqueue_names_the_refusing_plugin_and_turns_a_raise_into_an_error()
     # A pod of no profile passes; no profile with PreEnqueue plugins: no check at all.
     assert check(replace(make_pod("a"), labels={"x": "y"}, scheduler_name="other")).is_success()
     assert pre_enqueue_of({"test": Framework(profile(), registry(), handle())}) is None
+
+
+class _Heat:
+    """A filter that keeps state over telemetry; the second instance's hook raises."""
+
+    name: ClassVar[str] = "Heat"
+    seen: ClassVar[list[str]] = []
+
+    def __init__(self, args: object, handle: object) -> None:
+        pass
+
+    def filter(self, state: CycleState, pod: PodInfo, candidates: np.ndarray) -> Any:
+        raise AssertionError("not called here")
+
+    def telemetry_updated(self) -> None:
+        _Heat.seen.append(self.name)
+
+
+class _BrokenHeat(_Heat):
+    name: ClassVar[str] = "BrokenHeat"
+
+    def telemetry_updated(self) -> None:
+        raise RuntimeError("boom")
+
+
+def test_telemetry_updated_reaches_every_telemetry_plugin_and_survives_a_raise(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    r = registry()
+    r.register(_BrokenHeat)
+    r.register(_Heat)
+    p = profile(filter=(PluginRef("BrokenHeat"), PluginRef("Heat"), PluginRef("EvenRows")))
+    fw = Framework(p, r, handle())
+    _Heat.seen.clear()
+    # On the module's logger itself: a daemon test may have stopped `gpusched` propagating.
+    log = logging.getLogger("gpusched.core.runtime.framework")
+    log.addHandler(caplog.handler)
+    try:
+        fw.telemetry_updated()
+    finally:
+        log.removeHandler(caplog.handler)
+    assert _Heat.seen == ["Heat"]
+    assert "telemetry update of BrokenHeat raised" in caplog.text

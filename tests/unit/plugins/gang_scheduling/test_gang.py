@@ -403,3 +403,54 @@ def test_required_label_key_holds_the_gang_in_one_domain_of_that_label() -> None
     assert len({n.endswith("n0") for n in got.values()}) == 1  # one zone
     arrive(s, *[member("big", i, api=GangAPI.WORKLOAD) for i in range(3)])
     assert placed(s, "big") == {}  # no zone has three free nodes
+
+
+CLUSTER_UUID = "5f1c7e2a-3b4d-4e6f-8a9b-0c1d2e3f4a5b"
+
+
+def clique_nodes() -> list[NodeModel]:
+    """2 racks x 2 nodes whose NVLink fabric cliques cut across the racks: every rack's n0
+    in clique 1, its n1 in clique 2."""
+    out = []
+    for n in rack_nodes(2, 2):
+        clique = f"{CLUSTER_UUID}.{1 if n.name.endswith('n0') else 2}"
+        out.append(
+            dataclasses.replace(n, clique=clique, labels={**n.labels, keys.GFD_CLIQUE: clique})
+        )
+    return out
+
+
+def cliques_of(s: Simulation, gang: str) -> set[str]:
+    return {s.snapshot.node_at(s.snapshot.row_of(n)).clique for n in placed(s, gang).values()}
+
+
+def test_a_gang_that_fits_one_clique_goes_there_before_the_fewest_racks() -> None:
+    s = sim(clique_nodes())
+    arrive(s, *[member("g", i, 2) for i in range(2)])
+    assert len(placed(s, "g")) == 2
+    # One rack could hold it too (the rule without cliques); the clique wins.
+    assert len(cliques_of(s, "g")) == 1
+    assert racks_of(s, "g") == {"r0", "r1"}
+    # A second gang takes the other clique whole.
+    arrive(s, *[member("h", i, 2) for i in range(2)])
+    assert len(placed(s, "h")) == 2 and len(cliques_of(s, "h")) == 1
+
+
+def test_a_gang_no_clique_holds_falls_back_to_the_fewest_racks() -> None:
+    s = sim(clique_nodes())
+    arrive(s, *[member("g", i, 3) for i in range(3)])
+    assert len(placed(s, "g")) == 3
+    assert len(cliques_of(s, "g")) == 2
+
+
+def test_required_clique_label_from_the_annotation_and_the_upstream_key() -> None:
+    required = {keys.TOPOLOGY_REQUIRED: keys.GFD_CLIQUE}
+    s = sim(clique_nodes())
+    arrive(s, *[member("big", i, 3, annotations=required) for i in range(3)])
+    assert placed(s, "big") == {}  # no clique has three free nodes
+    arrive(s, *[member("g", i, 2, annotations=required) for i in range(2)])
+    assert len(placed(s, "g")) == 2 and len(cliques_of(s, "g")) == 1
+    group = PodGroupSpec("ns/w", GangAPI.WORKLOAD, 2, topology_required=keys.GFD_CLIQUE)
+    s = sim(clique_nodes(), group)
+    arrive(s, *[member("w", i, api=GangAPI.WORKLOAD) for i in range(2)])
+    assert len(placed(s, "w")) == 2 and len(cliques_of(s, "w")) == 1
