@@ -11,7 +11,7 @@ import pytest
 from gpusched.config.settings import Telemetry
 from gpusched.core.cache.snapshot import Snapshot
 from gpusched.model.node import Card, NodeModel
-from gpusched.model.telemetry import CardReading
+from gpusched.model.telemetry import XID_UNKNOWN, CardReading
 from gpusched.telemetry.ingest import NodeState, TelemetryIngest
 
 
@@ -175,3 +175,15 @@ def test_removed_nodes_are_forgotten(snap: Snapshot) -> None:
     snap.upsert_node(_node("gpu-b"))
     ingest.apply([], now=3.0)
     assert snap.card_healthy[snap.row_of("gpu-b"), :4].all()
+
+
+def test_an_xid_not_read_keeps_the_card_as_it_was(snap: Snapshot) -> None:
+    """A failed XID query (XID_UNKNOWN) neither clears a sick card nor makes one sick."""
+    ingest = TelemetryIngest(snap, SETTINGS)
+    row = snap.row_of("gpu-b")
+    ingest.apply([_r("gpu-b", 2, 1.0, xid=79)], now=1.0)
+    report = ingest.apply([_r("gpu-b", 2, 2.0, xid=XID_UNKNOWN)], now=2.0)
+    assert report.health == []
+    assert not snap.card_healthy[row, 2]
+    cleared = ingest.apply([_r("gpu-b", 2, 3.0, xid=0)], now=3.0)
+    assert [h.healthy for h in cleared.health] == [True]
