@@ -332,6 +332,7 @@ class Daemon:
                 logger,
                 node_event=self._telemetry_event,
                 leading=self.leading_now,
+                on_applied=self._telemetry_applied,
             )
         self.schedule_one = ScheduleOne(
             self.frameworks,
@@ -582,6 +583,14 @@ class Daemon:
             self.writer.event(ObjectRef.node(node), type_, reason, message, action="ReadTelemetry"),
             f"event node {node}",
         )
+
+    def _telemetry_applied(self) -> None:
+        """After each telemetry pass: profiles whose plugins keep state over the readings
+        (Framework.telemetry_updated, where the runtime has it) bring it up to date."""
+        for fw in self.frameworks.values():
+            updated = getattr(fw, "telemetry_updated", None)
+            if callable(updated):
+                updated()
 
     def _fence(self) -> str | None:
         return self.elector.fence() if self.elector is not None else None

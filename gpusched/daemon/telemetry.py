@@ -67,6 +67,7 @@ class TelemetryTask:
         leading: Callable[[], bool],
         reader: PrometheusReader | None = None,
         wall: Callable[[], float] = time.time,
+        on_applied: Callable[[], None] | None = None,
     ) -> None:
         self.settings = settings
         self.snapshot = snapshot
@@ -77,6 +78,11 @@ class TelemetryTask:
         self.leading = leading
         self.wall = wall
         self.reader = reader or PrometheusReader(settings, clock=wall)
+        # Called right after each ingestion pass, before the next attempt: plugins that
+        # keep state over the readings (Thermal's red-line latch) judge every sample.
+        self.on_applied = on_applied
+        # Set (and replaced) at the end of every refresh: tests and tools wait on it.
+        self._refreshed = asyncio.Event()
         self.ingest = TelemetryIngest(snapshot, settings)
         self.states: dict[str, NodeState] = {}
         self.refreshes = 0
@@ -117,6 +123,8 @@ class TelemetryTask:
         before = self.snapshot.node_temp.copy()
         report = self.ingest.apply(result.readings, self.wall())
         self.refreshes += 1
+        if self.on_applied is not None:
+            self.on_applied()
         self._report_problems(result)
         self._report_states(report)
         self._report_health(report)
@@ -127,7 +135,13 @@ class TelemetryTask:
         m.telemetry_unmatched.set(report.unmatched + result.unlabelled)
         m.unhealthy_cards.set(int(np.count_nonzero(self.snapshot.card_sick)))
         m.telemetry_refresh.observe(time.perf_counter() - t0)
+        done, self._refreshed = self._refreshed, asyncio.Event()
+        done.set()
         return report
+
+    async def next_refresh(self) -> None:
+        """Until the refresh after this call has been applied and reported."""
+        await self._refreshed.wait()
 
     # -- what changed ------------------------------------------------------------------------
 
@@ -258,7 +272,7 @@ class TelemetryTask:
         state = self.states.get(node)
         self._noted[uid] = {
             "state": state.value if state else NodeState.MISSING.value,
-            "nodeTempC": _num(self.snapshot.node_temp[row]),
+            "tempC": _num(self.snapshot.node_temp[row]),
         }
         self._noted.move_to_end(uid)
         while len(self._noted) > MAX_NOTED:

@@ -20,6 +20,7 @@ exported only once set, since it is not a default counter.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 from typing import Final, Self
 
@@ -81,6 +82,7 @@ class FakeDcgmExporter:
         self.scrapes = 0  # /metrics answered
         self.port = 0
         self._runner: web.AppRunner | None = None
+        self._scraped = asyncio.Event()  # set (and replaced) at every /metrics answered
 
     @property
     def target(self) -> str:
@@ -143,7 +145,15 @@ class FakeDcgmExporter:
 
     async def _metrics(self, _: web.Request) -> web.Response:
         self.scrapes += 1
-        return web.Response(text=self.render(), content_type="text/plain")
+        response = web.Response(text=self.render(), content_type="text/plain")
+        done, self._scraped = self._scraped, asyncio.Event()
+        done.set()
+        return response
+
+    async def next_scrape(self) -> None:
+        """Until the next /metrics request has been answered (what Prometheus stores then
+        is what `set` said before this call)."""
+        await self._scraped.wait()
 
     async def start(self, port: int = 0) -> Self:
         app = web.Application()

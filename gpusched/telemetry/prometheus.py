@@ -357,7 +357,9 @@ class PrometheusReader:
         assert self._session is not None
         label = query_name(name)
         timeout = self.settings.query_timeout_seconds
-        params = {"query": wrapped_query(query), "timeout": f"{timeout:g}s"}
+        # Plain seconds: the API parses a number as seconds, while its duration syntax
+        # takes whole units only ("0.5s" is refused as bad_data; "500ms" would do).
+        params = {"query": wrapped_query(query), "timeout": f"{timeout:g}"}
         kw: dict[str, Any] = {
             "headers": headers,
             "ssl": tls or True,

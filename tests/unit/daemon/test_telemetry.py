@@ -174,8 +174,8 @@ async def test_the_decision_record_gets_the_node_telemetry_the_attempt_saw(h: Ha
     h.task.note("uid-1", "gpu-a")
     h.task.note("uid-2", "gpu-b")
     await h.refresh(h.reading("gpu-a", 0, 90.0))  # later readings do not rewrite it
-    assert h.task.taken("uid-1") == {"state": "fresh", "nodeTempC": 77.0}
-    assert h.task.taken("uid-2") == {"state": "missing", "nodeTempC": None}
+    assert h.task.taken("uid-1") == {"state": "fresh", "tempC": 77.0}
+    assert h.task.taken("uid-2") == {"state": "missing", "tempC": None}
     assert h.task.taken("uid-1") is None
 
 
