@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import io
-import tempfile
 from collections.abc import AsyncIterator, Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -53,17 +51,15 @@ WAIT = 60.0  # seconds any one wait may take on a loaded 2-core machine
 
 
 @pytest.fixture(scope="module")
-def prometheus() -> Iterator[PrometheusServer]:
-    with tempfile.TemporaryDirectory(prefix="gpusched-prometheus-") as tmp:
-        server = PrometheusServer(Path(tmp))
-        try:
-            server.start()
-        except (BinaryNotFoundError, StartError) as exc:
-            pytest.fail(f"prometheus unavailable: {exc}", pytrace=False)
-        try:
-            yield server
-        finally:
-            server.stop()
+def prometheus(cluster: LocalCluster) -> Iterator[PrometheusServer]:
+    try:
+        server = cluster.start_prometheus()
+    except (BinaryNotFoundError, StartError) as exc:
+        pytest.fail(f"prometheus unavailable: {exc}", pytrace=False)
+    try:
+        yield server
+    finally:
+        cluster.stop_prometheus(server)
 
 
 @pytest.fixture
