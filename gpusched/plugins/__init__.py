@@ -24,6 +24,7 @@ from gpusched.plugins.node_resources_fit import NodeResourcesFit
 from gpusched.plugins.node_unschedulable import NodeUnschedulable
 from gpusched.plugins.node_volume_limits import NodeVolumeLimits
 from gpusched.plugins.pod_topology_spread import PodTopologySpread
+from gpusched.plugins.power_headroom import PowerHeadroom
 from gpusched.plugins.preemption import Preemption
 from gpusched.plugins.priority_sort import PrioritySort
 from gpusched.plugins.random_score import RandomScore
@@ -59,6 +60,7 @@ BUILTIN = (
     GPUFit,
     GPUFragmentation,
     Thermal,
+    PowerHeadroom,
     NetworkLocality,
     TenantLoad,
     DefaultBinder,
