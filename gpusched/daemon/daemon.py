@@ -585,12 +585,10 @@ class Daemon:
         )
 
     def _telemetry_applied(self) -> None:
-        """After each telemetry pass: profiles whose plugins keep state over the readings
-        (Framework.telemetry_updated, where the runtime has it) bring it up to date."""
+        """After each telemetry pass: plugins that keep state over the readings (Thermal's
+        red-line latch) bring it up to date, before the next attempt."""
         for fw in self.frameworks.values():
-            updated = getattr(fw, "telemetry_updated", None)
-            if callable(updated):
-                updated()
+            fw.telemetry_updated()
 
     def _fence(self) -> str | None:
         return self.elector.fence() if self.elector is not None else None

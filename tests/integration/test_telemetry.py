@@ -179,7 +179,7 @@ async def test_a_hot_node_takes_no_gpu_pod_until_it_cools_below_the_margin(
     hottest = f'max(DCGM_FI_DEV_GPU_TEMP{{Hostname="{name}"}})'
     await prometheus_has(prometheus, exporter, hottest, lambda v: v == [84.0])
     stream = io.StringIO()
-    settings = telemetry_settings(prometheus.url)
+    settings = telemetry_settings(prometheus.url, hysteresisCelsius=5)
     async with (
         node_pool(kube, [pool_node(spec, pool)]),
         running_daemon(cluster.kubeconfig, stream, settings) as daemon,
@@ -207,6 +207,7 @@ async def test_a_hot_node_takes_no_gpu_pod_until_it_cools_below_the_margin(
             r for r in logged(stream, "decision", pod=f"{namespace}/train") if r["attempt"] >= 2
         ]
         assert again[0]["result"] == "unschedulable", again[0]
+        assert "cooling after reaching the thermal red line" in again[0]["message"]
         pod = await kube.get(pod_path(namespace, "train"))
         assert not pod["spec"].get("nodeName")
 
