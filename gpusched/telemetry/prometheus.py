@@ -1,14 +1,19 @@
 """Reads dcgm-exporter's per-card metrics through the Prometheus HTTP API (aiohttp) into
 CardReadings, one instant query per configured metric per refresh.
 
-**What is asked.** For each non-empty query Q of `telemetry.queries` one instant query::
+**What is asked.** For each non-empty query Q of `telemetry.queries` one instant query,
+with BY the card labels (`hostLabels`, `gpuLabel`, `uuidLabel`)::
 
-    label_replace(Q, "gpusched_sample", "value", "", "")
-      or label_replace(timestamp(Q), "gpusched_sample", "time", "", "")
+    label_replace(max by (BY) (Q), "gpusched_sample", "value", "", "")
+      or label_replace(max by (BY) (timestamp(Q)), "gpusched_sample", "time", "", "")
 
 An instant query answers each series with the *evaluation* time, not the time its sample
 was scraped (Prometheus looks back up to 5 minutes for a sample); `timestamp(Q)` gives
 the sample's own time, and asking both in one query keeps them from the same evaluation.
+Aggregating by the card labels answers one series per card carrying only those labels:
+dcgm-exporter's other labels (model, PCI bus, driver, pod, MIG instance, err_msg) would
+double the JSON to parse, measured 5.4 MB and 1.4 s against 2.5 MB and 0.3-0.7 s per
+query for 8,000 cards.
 A reading's age is measured on Prometheus' clock (evaluation time minus sample time) and
 placed on ours (`at = our now - age`), so a skew between the two hosts' clocks does not
 make data look fresher or older than it is. (For a query that aggregates, `timestamp()`
@@ -20,8 +25,10 @@ host label is the first of `hostLabels` a series carries (dcgm-exporter's `Hostn
 main branch's `hostname`). A series naming neither a UUID nor a host and index names no
 card and is counted (`unlabelled`). Several series of one metric for one card
 (dcgm-exporter repeats a card per pod sharing it, per MIG instance, or two scrape jobs
-read one exporter) combine to the newest sample, and among equal times to the highest
-value (free frame buffer: the lowest), the cautious reading for a thermal filter.
+read one exporter) combine in the query to the highest value (free frame buffer: the
+lowest), the cautious reading for a thermal filter, with the newest of their sample times;
+should two answers still name one card (a user's query that aggregates otherwise), the
+newest sample wins, then the cautious value.
 
 **Sample times.** One exporter scrape stamps all of a card's metrics alike; when they
 differ (metrics from different scrape jobs) a card's reading carries the *newest* sample
@@ -109,12 +116,21 @@ class ReadResult:
     seconds: float = 0.0  # how long the refresh took
 
 
-def wrapped_query(query: str) -> str:
-    """The instant query asking `query`'s values and their sample times at once."""
+def wrapped_query(query: str, by: Sequence[str], lowest: bool = False) -> str:
+    """The instant query asking `query`'s values per card (labels `by`: the highest of a
+    card's series, or with `lowest` the lowest) and their newest sample times at once."""
+    keys = ", ".join(dict.fromkeys(by))
+    agg = "min" if lowest else "max"
     return (
-        f'label_replace({query}, "{SAMPLE_LABEL}", "value", "", "")'
-        f' or label_replace(timestamp({query}), "{SAMPLE_LABEL}", "time", "", "")'
+        f'label_replace({agg} by ({keys}) ({query}), "{SAMPLE_LABEL}", "value", "", "")'
+        f' or label_replace(max by ({keys}) (timestamp({query})), "{SAMPLE_LABEL}", "time",'
+        ' "", "")'
     )
+
+
+def card_labels(settings: Telemetry) -> tuple[str, ...]:
+    """The labels naming a card, which the queries aggregate by."""
+    return (*settings.host_labels, settings.gpu_label, settings.uuid_label)
 
 
 def configured_queries(queries: TelemetryQueries) -> dict[str, str]:
@@ -310,6 +326,7 @@ class PrometheusReader:
         self.clock = clock
         self.url = settings.prometheus_url.rstrip("/") + "/api/v1/query"
         self.queries = configured_queries(settings.queries)
+        self.by = card_labels(settings)
         self._session = session
         self._own_session = session is None
         self._ssl: ssl.SSLContext | None = None
@@ -339,8 +356,21 @@ class PrometheusReader:
             *(self._ask(name, q, headers, tls) for name, q in self.queries.items())
         )
         now = self.clock()
+        # Decoding is pure CPU (about 0.3 s a query for 8,000 cards): in a worker thread,
+        # so the scheduling loop keeps its turns meanwhile.
+        await asyncio.to_thread(self._decode, answers, now, result)
+        result.seconds = time.perf_counter() - t0
+        return result
+
+    def _decode(
+        self, answers: Sequence[tuple[int, bytes] | Problem], now: float, result: ReadResult
+    ) -> None:
         samples: dict[str, list[Sample]] = {}
-        for name, (got, problem, warnings) in zip(self.queries, answers, strict=True):
+        for name, answer in zip(self.queries, answers, strict=True):
+            if isinstance(answer, Problem):
+                result.problems.append(answer)
+                continue
+            got, problem, warnings = parse_body(query_name(name), *answer)
             result.warnings.extend(warnings)
             if problem is not None:
                 result.problems.append(problem)
@@ -348,18 +378,18 @@ class PrometheusReader:
                 samples[name] = got
                 result.series += len(got)
         result.readings, result.unlabelled = combine(samples, self.settings, now)
-        result.seconds = time.perf_counter() - t0
-        return result
 
     async def _ask(
         self, name: str, query: str, headers: dict[str, str], tls: ssl.SSLContext | None
-    ) -> tuple[list[Sample] | None, Problem | None, list[str]]:
+    ) -> tuple[int, bytes] | Problem:
+        """The answer's status and body, or why there is none."""
         assert self._session is not None
         label = query_name(name)
         timeout = self.settings.query_timeout_seconds
         # Plain seconds: the API parses a number as seconds, while its duration syntax
         # takes whole units only ("0.5s" is refused as bad_data; "500ms" would do).
-        params = {"query": wrapped_query(query), "timeout": f"{timeout:g}"}
+        wrapped = wrapped_query(query, self.by, lowest=_FIELDS[name] in _LOWEST_WINS)
+        params = {"query": wrapped, "timeout": f"{timeout:g}"}
         kw: dict[str, Any] = {
             "headers": headers,
             "ssl": tls or True,
@@ -374,12 +404,12 @@ class PrometheusReader:
                 body = await response.read()
                 status = response.status
         except TimeoutError:
-            return None, Problem(label, "timeout", f"no answer within {timeout:g} s"), []
+            return Problem(label, "timeout", f"no answer within {timeout:g} s")
         except aiohttp.ClientSSLError as exc:
-            return None, Problem(label, "tls", str(exc)), []
+            return Problem(label, "tls", str(exc))
         except (aiohttp.ClientError, OSError) as exc:
-            return None, Problem(label, "connection", _describe(exc)), []
-        return parse_body(label, status, body)
+            return Problem(label, "connection", _describe(exc))
+        return status, body
 
     def _token(self) -> str:
         path = self.settings.bearer_token_file

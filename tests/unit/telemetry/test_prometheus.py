@@ -23,6 +23,7 @@ from gpusched.telemetry.prometheus import (
     SAMPLE_LABEL,
     PrometheusReader,
     Sample,
+    card_labels,
     combine,
     parse_body,
     query_name,
@@ -113,10 +114,18 @@ def test_bodies_that_are_not_an_instant_vector_are_problems(
     assert problem is not None and problem.reason == reason, problem
 
 
-def test_the_wrapped_query_asks_values_and_their_sample_times() -> None:
-    q = wrapped_query('DCGM_FI_DEV_GPU_TEMP{cluster="a"}')
+def test_the_wrapped_query_asks_values_and_their_sample_times_per_card() -> None:
+    by = card_labels(SETTINGS)
+    assert by == ("Hostname", "hostname", "gpu", "UUID")
+    q = wrapped_query('DCGM_FI_DEV_GPU_TEMP{cluster="a"}', by)
     assert q.count('DCGM_FI_DEV_GPU_TEMP{cluster="a"}') == 2
-    assert 'timestamp(DCGM_FI_DEV_GPU_TEMP{cluster="a"})' in q
+    assert 'max by (Hostname, hostname, gpu, UUID) (DCGM_FI_DEV_GPU_TEMP{cluster="a"})' in q
+    assert (
+        'max by (Hostname, hostname, gpu, UUID) (timestamp(DCGM_FI_DEV_GPU_TEMP{cluster="a"}))' in q
+    )
+    free = wrapped_query("DCGM_FI_DEV_FB_FREE", by, lowest=True)
+    assert free.startswith("label_replace(min by (Hostname, hostname, gpu, UUID)")
+    assert "max by (Hostname, hostname, gpu, UUID) (timestamp(" in free
     assert query_name("xid_errors") == "xidErrors"
 
 
@@ -282,14 +291,15 @@ async def test_one_query_per_configured_metric_and_the_token_reread_every_refres
 async def test_a_long_query_goes_as_a_post_form(api: tuple[FakeApi, str]) -> None:
     fake, url = api
     long = "DCGM_FI_DEV_GPU_TEMP{" + ",".join(f'x{i}!="{i}"' for i in range(200)) + "}"
-    assert len(wrapped_query(long)) > MAX_GET_QUERY
+    by = card_labels(SETTINGS)
+    assert len(wrapped_query(long, by)) > MAX_GET_QUERY
     reader = PrometheusReader(_settings(url, queries=_only(gpu_temp=long)))
     try:
         result = await reader.read()
     finally:
         await reader.close()
     assert result.problems == []
-    assert [(m, q) for m, q, _ in fake.requests] == [("POST", wrapped_query(long))]
+    assert [(m, q) for m, q, _ in fake.requests] == [("POST", wrapped_query(long, by))]
 
 
 def _only(**kw: str) -> TelemetryQueries:
