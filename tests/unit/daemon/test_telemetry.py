@@ -56,6 +56,7 @@ class Harness:
         self.leading = False
         self.wall = 1000.0
         self.reader = ScriptedReader()
+        self.applied = 0
         self.task = TelemetryTask(
             SETTINGS,
             self.snap,
@@ -66,7 +67,13 @@ class Harness:
             leading=lambda: self.leading,
             reader=self.reader,  # type: ignore[arg-type]
             wall=lambda: self.wall,
+            on_applied=self._applied,
         )
+
+    def _applied(self) -> None:
+        # Told after the pass, with the readings already in the snapshot.
+        assert self.task.refreshes == self.applied + 1
+        self.applied += 1
 
     def reading(self, node: str, gpu: int, temp: float, **kw: Any) -> CardReading:
         return CardReading(host=node, gpu=gpu, uuid="", at=self.wall, gpu_temp=temp, **kw)
@@ -93,6 +100,7 @@ def h() -> Harness:
 async def test_each_node_state_change_is_logged_once(h: Harness) -> None:
     await h.refresh(h.reading("gpu-a", 0, 70.0))
     await h.refresh(h.reading("gpu-a", 0, 71.0))
+    assert h.applied == 2
     fresh, missing = h.logged("telemetry fresh"), h.logged("telemetry missing")
     assert [(r["node"], r["hottest_celsius"]) for r in fresh] == [("gpu-a", 70.0)]
     assert [(r["node"], r["level"]) for r in missing] == [("gpu-b", "warning")]
