@@ -225,6 +225,8 @@ class Cluster:
     node_mem_alloc: npt.NDArray[np.int64]
     node_temp: npt.NDArray[np.float32]
     n_models: int
+    # Per-card GPU temperatures (choose_cards' cool-cards-first), NaN where no reading.
+    card_temp: npt.NDArray[np.float32]
 
     @property
     def n(self) -> int:
@@ -288,6 +290,13 @@ def build_cluster(seed: int, n: int, c: int, n_models: int, p_intact: float) -> 
     mem_alloc = rng.choice(np.array([0, 2**34, 2**38]), n).astype(np.int64)
     temp = rng.uniform(30.0, 95.0, n).astype(np.float32)
     temp[rng.random(n) < 0.2] = np.nan
+    # Drawn last so the columns above are what they were before temperatures existed.
+    # Whole degrees (as DCGM reports them), so equal temperatures and ties are common;
+    # some nodes without any reading, some cards without one.
+    card_temp = rng.integers(30, 90, (n, c)).astype(np.float32)
+    card_temp[rng.random((n, c)) < 0.2] = np.nan
+    card_temp[rng.random(n) < 0.2] = np.nan
+    card_temp[~present] = np.nan
     return Cluster(
         card_free_milli=free_milli,
         card_free_mem=free_mem,
@@ -303,6 +312,7 @@ def build_cluster(seed: int, n: int, c: int, n_models: int, p_intact: float) -> 
         node_mem_alloc=mem_alloc,
         node_temp=temp,
         n_models=n_models,
+        card_temp=card_temp,
     )
 
 
@@ -392,6 +402,7 @@ def one_node_cluster(
     cl.card_model[:] = model
     cl.card_healthy[:] = True
     cl.card_island[:] = np.array([island if island is not None else [0] * c], dtype=np.int8)
+    cl.card_temp[:] = np.nan
     cl.node_valid[:] = True
     return cl
 

@@ -124,6 +124,11 @@ DEFAULT_PLUGINS: Mapping[Point, tuple[PluginRef, ...]] = {
     Point.SCORE: (
         PluginRef("GPUFragmentation", 0.40),
         PluginRef("Thermal", 0.05),
+        # Power headroom (limit minus draw): Thermal's weight, for the same reason (draw
+        # follows load, so more weight spreads work like LeastAllocated). Unknown power
+        # scores 50 on every node, so without telemetry (the FGD protocol, the replay) it
+        # changes no ranking: same numbers (gpusched/plugins/power_headroom/README.md).
+        PluginRef("PowerHeadroom", 0.05),
         PluginRef("NetworkLocality", 0.25),
         # kube-scheduler's default weight 2; costs nothing while no pod has pod affinity
         # terms (PreScore skips), so the FGD protocol's numbers are unchanged. The openb

@@ -12,7 +12,7 @@ and PostBind are coroutines that run in the binding cycle.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import ClassVar, Protocol, runtime_checkable
 
@@ -94,6 +94,15 @@ PODS_TO_ACTIVATE: StateKey[set[str]] = StateKey("gpusched/pods-to-activate")
 """Pod uids a plugin wants moved to activeQ after this attempt, out of the unschedulable set
 or backoffQ (kube-scheduler's PodsToActivate): a gang member that starts placing its gang
 pulls its siblings in, so they are attempted together instead of one backoff apart."""
+
+
+NodeNote = Callable[[int], Mapping[str, object]]
+"""What a plugin has to say about one node row (small, JSON-able values)."""
+
+NODE_NOTES: StateKey[dict[str, NodeNote]] = StateKey("gpusched/node-notes")
+"""Plugins that want their view of the chosen node in the decision record register a note
+here (plugin name -> note); the record calls each once, for the chosen row only, so a
+plugin keeps what it computed and words it only when the record is written."""
 
 
 class WaitingPodView(Protocol):
@@ -450,6 +459,16 @@ class WarmStartPlugin(Plugin, Protocol):
     starts scheduling (it becomes the leader), so a new leader does not start blind."""
 
     def warm_start(self, pods: Sequence[PodInfo]) -> None: ...
+
+
+@runtime_checkable
+class TelemetryPlugin(Plugin, Protocol):
+    """Not an extension point: a plugin that keeps state over live telemetry (Thermal's
+    red-line latch) is told after every ingestion pass (the daemon's Prometheus refresh,
+    the simulator's scrape), so it judges every sample, not only the ones a scheduling
+    attempt happens to look at."""
+
+    def telemetry_updated(self) -> None: ...
 
 
 @runtime_checkable

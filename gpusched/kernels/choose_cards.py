@@ -13,6 +13,16 @@ returns cards exactly when the summary says the row fits.
   eligible cards (spanning islands).
 * shared pod: the best-fit card (smallest ``free_milli - need_milli``, ties -> lowest index).
 
+**Cool cards first.** Among cards those rules find equally good, the coolest go first:
+whole-card pods take the k coolest cards of the chosen island (or of all eligible cards
+when spanning), and islands that tie on size are ranked by the hottest of their k coolest
+cards; a shared pod's best-fit ties go to the coolest card. Temperatures are the fresh
+``card_temp`` readings (°C). A card without one (NaN) is neither hot nor cool: it counts as
+the median of the node's known cards, so a card with no exporter reading never wins as
+"cold" nor is avoided as "hot". Remaining ties (and a node with no readings at all, where
+every card counts the same) fall to the lowest index, so without telemetry the choice is
+exactly the one the rules above make alone. The chosen indices are returned ascending.
+
 Returns an int64 array of length k (whole) or 1 (shared), or empty when nothing fits. It
 allocates: it runs once per scheduled pod, not per node.
 """
@@ -36,6 +46,28 @@ from gpusched.kernels._jit import njit_kernel
 
 
 @njit_kernel
+def card_heat_nb(temps: npt.NDArray[np.float32]) -> npt.NDArray[np.float64]:
+    """Each card's temperature for ranking (float64): its reading, or the median of the
+    node's readings when it has none; all 0.0 when the node has no reading at all."""
+    C = temps.shape[0]
+    known = np.empty(C, dtype=np.float64)
+    n = 0
+    for c in range(C):
+        t = np.float64(temps[c])
+        if not np.isnan(t):
+            known[n] = t
+            n += 1
+    out = np.zeros(C, dtype=np.float64)
+    if n == 0:
+        return out
+    middle = np.median(known[:n])
+    for c in range(C):
+        t = np.float64(temps[c])
+        out[c] = middle if np.isnan(t) else t
+    return out
+
+
+@njit_kernel
 def choose_cards_nb(
     card_free_milli: npt.NDArray[np.int32],
     card_free_mem: npt.NDArray[np.int32],
@@ -43,6 +75,7 @@ def choose_cards_nb(
     card_model: npt.NDArray[np.int16],
     card_healthy: npt.NDArray[np.bool_],
     card_island: npt.NDArray[np.int8],
+    card_temp: npt.NDArray[np.float32],
     row: int,
     req_cards: int,
     req_milli: int,
@@ -58,6 +91,7 @@ def choose_cards_nb(
     r_milli = np.int64(req_milli)
     r_mem = np.int64(req_mem)
     empty = np.empty(0, dtype=np.int64)
+    heat = card_heat_nb(card_temp[row])
     if k > 0:
         elig = np.int64(0)
         count = 0
@@ -74,6 +108,8 @@ def choose_cards_nb(
             return empty
         best_first = -1
         best_count = C + 1
+        best_heat = np.inf
+        scratch = np.empty(C, dtype=np.float64)
         for c in range(C):
             if not (elig >> c) & 1:
                 continue
@@ -90,23 +126,38 @@ def choose_cards_nb(
             in_island = 0
             for d in range(c, C):
                 if (elig >> d) & 1 and card_island[row, d] == isl:
+                    scratch[in_island] = heat[d]
                     in_island += 1
-            if k <= in_island < best_count:
+            if in_island < k or in_island > best_count:
+                continue
+            # The island's k coolest cards would be taken: the hottest of them ranks it.
+            kth = np.sort(scratch[:in_island])[k - 1]
+            if in_island < best_count or kth < best_heat:
                 best_count = in_island
                 best_first = c
+                best_heat = kth
         if best_first < 0 and nvlink == 2:
             return empty
-        out = np.empty(k, dtype=np.int64)
-        taken = 0
+        pool = np.int64(0)
         for c in range(C):
-            if taken == k:
-                break
-            if not (elig >> c) & 1:
-                continue
-            if best_first >= 0 and card_island[row, c] != card_island[row, best_first]:
-                continue
-            out[taken] = c
-            taken += 1
+            if (elig >> c) & 1 and (
+                best_first < 0 or card_island[row, c] == card_island[row, best_first]
+            ):
+                pool |= np.int64(1) << c
+        # The k coolest of the pool (ties: lowest index), returned in index order.
+        taken = np.int64(0)
+        for _ in range(k):
+            pick = -1
+            for c in range(C):
+                if (pool >> c) & 1 and not (taken >> c) & 1 and (pick < 0 or heat[c] < heat[pick]):
+                    pick = c
+            taken |= np.int64(1) << pick
+        out = np.empty(k, dtype=np.int64)
+        n = 0
+        for c in range(C):
+            if (taken >> c) & 1:
+                out[n] = c
+                n += 1
         return out
     best_c = -1
     best = np.int64(NO_LEFTOVER)
@@ -119,18 +170,26 @@ def choose_cards_nb(
         fm = np.int64(card_free_milli[row, c])
         need_milli = shared_need_milli(r_milli, r_mem, tm)
         need_mem = shared_need_mem(r_milli, r_mem, tm)
-        if (
-            fm >= need_milli
-            and np.int64(card_free_mem[row, c]) >= need_mem
-            and fm - need_milli < best
-        ):
-            best = fm - need_milli
+        if fm < need_milli or np.int64(card_free_mem[row, c]) < need_mem:
+            continue
+        left = fm - need_milli
+        if left < best or (left == best and heat[c] < heat[best_c]):
+            best = left
             best_c = c
     if best_c < 0:
         return empty
     out = np.empty(1, dtype=np.int64)
     out[0] = best_c
     return out
+
+
+def card_heat_np(temps: npt.NDArray[np.float32]) -> npt.NDArray[np.float64]:
+    """NumPy twin of :func:`card_heat_nb`."""
+    t = temps.astype(np.float64)
+    unknown = np.isnan(t)
+    if unknown.all():
+        return np.zeros(t.shape, dtype=np.float64)
+    return np.where(unknown, np.median(t[~unknown]), t)
 
 
 def choose_cards_np(
@@ -140,6 +199,7 @@ def choose_cards_np(
     card_model: npt.NDArray[np.int16],
     card_healthy: npt.NDArray[np.bool_],
     card_island: npt.NDArray[np.int8],
+    card_temp: npt.NDArray[np.float32],
     row: int,
     req_cards: int,
     req_milli: int,
@@ -154,6 +214,7 @@ def choose_cards_np(
     free_milli = card_free_milli[row].astype(np.int64)
     free_mem = card_free_mem[row].astype(np.int64)
     usable = usable_cards_np(card_model[row], card_healthy[row], allowed_models)
+    heat = card_heat_np(card_temp[row])
     if req_cards > 0:
         idx = np.flatnonzero(usable & (free_milli == INTACT_MILLI) & (free_mem >= req_mem))
         if idx.size < req_cards:
@@ -164,15 +225,22 @@ def choose_cards_np(
         holds = counts >= req_cards
         if holds.any():
             first_card = idx[grouped][first][holds]
-            pick = np.lexsort((first_card, counts[holds]))[0]
-            chosen: npt.NDArray[np.int64] = idx[islands == ids[holds][pick]][:req_cards]
-            return chosen.astype(np.int64)
-        if nvlink == 2:
+            kth = np.array(
+                [np.sort(heat[idx[islands == i]])[req_cards - 1] for i in ids[holds]],
+                dtype=np.float64,
+            )
+            pick = np.lexsort((first_card, kth, counts[holds]))[0]
+            pool = idx[islands == ids[holds][pick]]
+        elif nvlink == 2:
             return empty
-        return idx[:req_cards].astype(np.int64)
+        else:
+            pool = idx
+        coolest = pool[np.lexsort((pool, heat[pool]))[:req_cards]]
+        return np.sort(coolest).astype(np.int64)
     need_milli, need_mem, has_mem = shared_need_np(req_milli, req_mem, card_total_mem[row])
-    fits = usable & has_mem & (free_milli >= need_milli) & (free_mem >= need_mem)
-    if not fits.any():
+    fits = np.flatnonzero(usable & has_mem & (free_milli >= need_milli) & (free_mem >= need_mem))
+    if fits.size == 0:
         return empty
-    leftover = np.where(fits, free_milli - need_milli, NO_LEFTOVER)
-    return np.array([int(np.argmin(leftover))], dtype=np.int64)
+    leftover = free_milli[fits] - need_milli[fits]
+    best = fits[np.lexsort((fits, heat[fits], leftover))[0]]
+    return np.array([int(best)], dtype=np.int64)

@@ -2,9 +2,11 @@
 
 One `decision` record per scheduling attempt (see docs/daemon.md for a sample): the pod,
 the attempt, the result, the time per extension point, filter rejections counted by
-reason, the top candidate nodes with each Score plugin's raw and normalised score, and the
-chosen cards. Library warnings that go through the standard `logging` module (the watch,
-the writer) are rendered as the same JSON lines, so the stream stays machine-readable.
+reason, the top candidate nodes with each Score plugin's raw and normalised score, the
+chosen cards, and `notes`: what plugins say about the chosen node (Thermal: the temperature
+it used, fresh or none, whether the node is latched). Library warnings that go through the
+standard `logging` module (the watch, the writer) are rendered as the same JSON lines, so
+the stream stays machine-readable.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import orjson
 import structlog
 
 from gpusched.core.schedule_one import Decision
+from gpusched.framework.interfaces import NODE_NOTES
 
 TOP_NODES = 5
 
@@ -154,4 +157,22 @@ def decision_record(
         rec["milli"] = list(decision.alloc.milli)
     if decision.status.plugin:
         rec["plugin"] = decision.status.plugin
+    notes = node_notes(decision, names)
+    if notes:
+        rec["notes"] = notes
     return rec
+
+
+def node_notes(decision: Decision, names: list[str]) -> dict[str, Any]:
+    """What plugins registered (NODE_NOTES) about the chosen node, by plugin name; empty
+    when no node was chosen or no plugin had anything to say."""
+    notes = decision.state.get(NODE_NOTES) if decision.node else None
+    if not notes:
+        return {}
+    if decision.alloc is not None:
+        row = decision.alloc.row
+    elif decision.node in names:
+        row = names.index(decision.node)
+    else:
+        return {}
+    return {name: dict(note(row)) for name, note in notes.items()}

@@ -25,6 +25,7 @@ from gpusched.plugins.node_unschedulable import NodeUnschedulable
 from gpusched.plugins.node_volume_limits import NodeVolumeLimits
 from gpusched.plugins.nvlink_topology import NVLinkTopology
 from gpusched.plugins.pod_topology_spread import PodTopologySpread
+from gpusched.plugins.power_headroom import PowerHeadroom
 from gpusched.plugins.preemption import Preemption
 from gpusched.plugins.priority_sort import PrioritySort
 from gpusched.plugins.random_score import RandomScore
@@ -60,6 +61,7 @@ BUILTIN = (
     GPUFit,
     GPUFragmentation,
     Thermal,
+    PowerHeadroom,
     NetworkLocality,
     NVLinkTopology,
     TenantLoad,

@@ -42,6 +42,7 @@ from gpusched.framework.interfaces import (
     Rows,
     ScorePlugin,
     Scores,
+    TelemetryPlugin,
     TenantFairSort,
     WarmStartPlugin,
 )
@@ -525,6 +526,16 @@ class Framework:
                     plugin.warm_start(pods)
                 except Exception:  # a learner that cannot learn must not stop the leader
                     _log.exception("warm start of %s raised", name)
+
+    def telemetry_updated(self) -> None:
+        """Tell every plugin that keeps state over live telemetry that the readings
+        changed (call after each ingestion pass, before the next attempt)."""
+        for name, plugin in self.plugins.items():
+            if isinstance(plugin, TelemetryPlugin):
+                try:
+                    plugin.telemetry_updated()
+                except Exception:  # telemetry must never stop the scheduler
+                    _log.exception("telemetry update of %s raised", name)
 
 
 def pre_enqueue_of(frameworks: Mapping[str, Framework]) -> Callable[[PodInfo], Status] | None:

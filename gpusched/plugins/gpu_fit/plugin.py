@@ -136,6 +136,8 @@ class GPUFit:
             snap.card_model,
             snap.card_healthy,
             snap.card_island,
+            # Cool cards first among equally good ones (NaN everywhere: today's choice).
+            snap.card_temp,
             row,
             request.cards,
             request.milli,

@@ -21,6 +21,13 @@ class ThermalArgs:
     # temperature it will reach with the pod (now + this x the pod's share of the node's
     # cards), not the one it has now, so a cool node is not pushed over the line.
     full_load_rise_celsius: float = 40.0
+    # A node whose hottest card reached the red line takes no heavy work until that card
+    # reads below redLine - this. 5 °C: above the step-to-step swing of a busy card
+    # (DCGM reports whole degrees; a synchronous job's cards move 2-3 °C between compute
+    # and communication phases), so a node hovering at the line does not flap in and out;
+    # and the warming of one card's worth of work on an 8-card node (40 °C / 8), so a
+    # node just released can take one more card without being projected back over the line.
+    hysteresis_celsius: float = 5.0
 
     def validate(self) -> list[tuple[str, str]]:
         errors: list[tuple[str, str]] = []
@@ -38,5 +45,9 @@ class ThermalArgs:
         if not 0 <= self.full_load_rise_celsius <= 100:
             errors.append(
                 ("fullLoadRiseCelsius", f"must be in [0, 100], got {self.full_load_rise_celsius}")
+            )
+        if not 0 <= self.hysteresis_celsius <= 30:
+            errors.append(
+                ("hysteresisCelsius", f"must be in [0, 30], got {self.hysteresis_celsius}")
             )
         return errors

@@ -1,19 +1,38 @@
-"""Thermal: no new heavy GPU work on a node at its throttling red line (Filter), and a
-preference for cool nodes (Score), from the snapshot's `node_temp` column.
+"""Thermal: no new heavy GPU work on a node at its throttling red line (Filter, with
+hysteresis), and a preference for cool nodes (Score), from the snapshot's `node_temp`
+column (the hottest card with a fresh reading).
 
-A node without temperature data (NaN) passes the filter and scores neutral (50): missing
-telemetry is reported by the telemetry reader, never taken as "cold".
+A node without fresh temperature data (NaN) passes the filter and scores neutral (50):
+missing telemetry is reported by the telemetry reader, never taken as "cold".
+
+The latch (hysteresis) lives here, one per profile, because the red line and the margin
+are this plugin's args: a node whose hottest card read at or above the red line is latched
+until it reads below `redLineCelsius - hysteresisCelsius`; while latched it takes no heavy
+work whatever the projection says. The latch is brought up to date from the columns
+(vectorised, idempotent: the same readings give the same latch) after every ingestion pass
+(`telemetry_updated`, which the runtime calls: every sample is judged, also while no pod is
+waiting) and at each Filter and Score. A latched node whose telemetry goes stale keeps its
+latch but is not held by it (stale is no data: neutral, as everywhere); the next fresh
+reading decides again, so 83 °C, stale, 81 °C is still latched.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import ClassVar
 
 import numpy as np
 from numpy.typing import NDArray
 
 from gpusched.framework.cycle_state import CycleState
-from gpusched.framework.interfaces import FilterResult, Handle, Mask, Rows, Scores
+from gpusched.framework.interfaces import (
+    NODE_NOTES,
+    FilterResult,
+    Handle,
+    Mask,
+    Rows,
+    Scores,
+)
 from gpusched.kernels import (
     thermal_filter_nb,
     thermal_filter_np,
@@ -21,11 +40,16 @@ from gpusched.kernels import (
     thermal_score_np,
 )
 from gpusched.kernels.dispatch import pick
+from gpusched.kernels.thermal_score import UNKNOWN_SCORE
 from gpusched.model.pod import PodInfo
 from gpusched.plugins.thermal.args import ThermalArgs
 
 thermal_filter = pick(thermal_filter_nb, thermal_filter_np)
 thermal_score = pick(thermal_score_nb, thermal_score_np)
+
+# Filter reason codes (FilterResult.codes).
+AT_RED_LINE = 0
+COOLING = 1
 
 
 class Thermal:
@@ -35,9 +59,53 @@ class Thermal:
     def __init__(self, args: ThermalArgs | None, handle: Handle) -> None:
         self.args = args or ThermalArgs()
         self.handle = handle
-        self.reason = (
-            f"node(s) at or above the thermal red line ({self.args.red_line_celsius:g} °C)"
+        red = self.args.red_line_celsius
+        self.release_celsius = red - self.args.hysteresis_celsius
+        self.reasons = (
+            f"node(s) at or above the thermal red line ({red:g} °C)",
+            "node(s) cooling after reaching the thermal red line"
+            f" (below {self.release_celsius:g} °C required)",
         )
+        self.reason = self.reasons[AT_RED_LINE]
+        # One flag per snapshot row; the names of the latched nodes carry the latch over
+        # when rows are reused or the snapshot grows (membership changes).
+        self.latched = np.zeros(0, np.bool_)
+        self._latched_names: frozenset[str] = frozenset()
+        self._membership = -1
+        self.any_fresh = False  # whether the last look found any fresh reading
+
+    # -- the latch ------------------------------------------------------------------------
+
+    def observe(self) -> NDArray[np.bool_]:
+        """Bring the latch up to date with the current readings; the latch per row."""
+        snap = self.handle.snapshot
+        n = len(snap.node_valid)
+        if len(self.latched) != n or snap.membership != self._membership:
+            latched = np.zeros(n, np.bool_)
+            for name in self._latched_names:
+                row = snap.row_of(name)
+                if row >= 0:
+                    latched[row] = True
+            self.latched = latched
+            self._membership = snap.membership
+        temp = snap.node_temp.astype(np.float64)
+        fresh = ~np.isnan(temp)
+        self.any_fresh = bool(fresh.any())
+        if not self.any_fresh:
+            return self.latched  # no reading anywhere: nothing to latch or release
+        now = (self.latched | (fresh & (temp >= self.args.red_line_celsius))) & ~(
+            fresh & (temp < self.release_celsius)
+        )
+        now &= snap.node_valid
+        if not np.array_equal(now, self.latched):
+            self.latched = now
+            self._latched_names = frozenset(snap.names[r] for r in np.flatnonzero(now))
+        return self.latched
+
+    def telemetry_updated(self) -> None:
+        self.observe()
+
+    # -- projection -----------------------------------------------------------------------
 
     def _gpus(self, pod: PodInfo, rows: Rows | slice) -> NDArray[np.float32]:
         """Cards' worth of GPU the pod takes on each node."""
@@ -89,28 +157,85 @@ class Thermal:
             out[row] += np.float32(milli / 1000.0)
         return out
 
+    # -- extension points -----------------------------------------------------------------
+
     def filter(self, state: CycleState, pod: PodInfo, candidates: Mask) -> FilterResult:
+        latched = self.observe()
         req = pod.request
         heavy_min = max(1, self.args.heavy_min_gpu_milli)
         if req.gpu_milli_total < heavy_min and not (req.gpu_cards == 0 and req.gpu_mem_mib):
             return FilterResult(candidates)
-        rows = slice(0, len(candidates))
+        if not self.any_fresh:
+            # No node has a fresh reading: every node is "no data" and passes (the FGD
+            # protocol and any cluster without telemetry take this path, at no cost).
+            self._note(state, None, None)
+            return FilterResult(candidates)
+        n = len(candidates)
+        rows = slice(0, n)
         gpus = self._gpus(pod, rows)
         projected = self._projected(pod, rows, gpus)
-        ok = np.empty(len(candidates), np.bool_)
+        self._note(state, projected, None)
+        ok = np.empty(n, np.bool_)
         thermal_filter(candidates, projected, self.args.red_line_celsius, ok)
+        temp = self.handle.snapshot.node_temp[rows].astype(np.float64)
+        # Held by the latch: only on a fresh reading (a stale latched node is no data).
+        held = candidates & latched[:n] & ~np.isnan(temp)
+        ok &= ~held
         if req.gpu_milli_total < heavy_min:
             # Heavy only through its GPU memory: as heavy as the card share it implies there.
             ok |= candidates & (gpus * np.float32(1000.0) < np.float32(heavy_min))
-        return FilterResult(ok, (self.reason,))
+        codes = np.where(
+            held & (temp < self.args.red_line_celsius), np.int8(COOLING), np.int8(AT_RED_LINE)
+        ).astype(np.int8)
+        # Evicting pods does not cool a node now: preemption cannot make such a node fit.
+        return FilterResult(ok, self.reasons, codes, unresolvable=True)
 
     def score(self, state: CycleState, pod: PodInfo, rows: Rows) -> Scores:
+        self.observe()
+        if not self.any_fresh:
+            self._note(state, None, None)
+            return np.full(len(rows), UNKNOWN_SCORE)
+        projected = self._projected(pod, rows)
+        self._note(state, projected, rows)
         out = np.empty(len(rows), np.float64)
         thermal_score(
             np.ones(len(rows), np.bool_),
-            self._projected(pod, rows),
+            projected,
             self.args.cool_celsius,
             self.args.red_line_celsius,
             out,
         )
         return out
+
+    # -- the decision record --------------------------------------------------------------
+
+    def _note(
+        self, state: CycleState, projected: NDArray[np.float32] | None, rows: Rows | None
+    ) -> None:
+        """Register this attempt's view of the nodes for the decision record, worded only
+        for the chosen node when the record is written. `projected` is per row of `rows`,
+        or per snapshot row when `rows` is None; None when nothing was projected."""
+        notes = state.get(NODE_NOTES)
+        if notes is None:
+            notes = {}
+            state.write(NODE_NOTES, notes)
+        snap = self.handle.snapshot
+        latched = self.latched
+
+        def note(row: int) -> Mapping[str, object]:
+            t = float(snap.node_temp[row]) if 0 <= row < len(snap.node_temp) else float("nan")
+            p = float("nan")
+            if projected is not None and rows is None and row < len(projected):
+                p = float(projected[row])
+            elif projected is not None and rows is not None:
+                hit = np.flatnonzero(rows == row)
+                p = float(projected[hit[0]]) if len(hit) else p
+            fresh = not np.isnan(t)
+            return {
+                "telemetry": "fresh" if fresh else "none",
+                "tempC": round(t, 1) if fresh else None,
+                "projectedC": round(p, 1) if not np.isnan(p) else None,
+                "latched": bool(0 <= row < len(latched) and latched[row]),
+            }
+
+        notes[self.name] = note

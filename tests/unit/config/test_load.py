@@ -60,6 +60,7 @@ def test_minimal_document_is_the_default_profile(registry: Registry) -> None:
     assert p.enabled(Point.SCORE) == (
         PluginRef("GPUFragmentation", 0.40),
         PluginRef("Thermal", 0.05),
+        PluginRef("PowerHeadroom", 0.05),
         PluginRef("NetworkLocality", 0.25),
         PluginRef("InterPodAffinity", 2),
         PluginRef("PodTopologySpread", 2),

@@ -45,6 +45,7 @@ def test_enabled_naming_a_default_replaces_it_in_place(registry: Registry) -> No
     assert cfg.profiles[0].enabled(Point.SCORE) == (
         PluginRef("GPUFragmentation", 0.40),
         PluginRef("Thermal", 2.0),
+        PluginRef("PowerHeadroom", 0.05),
         PluginRef("NetworkLocality", 0.25),
         PluginRef("InterPodAffinity", 2),
         PluginRef("PodTopologySpread", 2),

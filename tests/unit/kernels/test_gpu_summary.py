@@ -150,5 +150,5 @@ def test_card_of_unknown_memory_serves_compute_shares_only() -> None:
         _, s = summarise(kernel, cl, Request(0, 250, 1024, ALL, 0))
         assert not s.fit[0]
     for chooser in (choose_cards_nb, choose_cards_np):
-        assert list(chooser(*cl.cards(), 0, 0, 250, 0, ALL, 0)) == [1]
-        assert list(chooser(*cl.cards(), 0, 0, 250, 1024, ALL, 0)) == []
+        assert list(chooser(*cl.cards(), cl.card_temp, 0, 0, 250, 0, ALL, 0)) == [1]
+        assert list(chooser(*cl.cards(), cl.card_temp, 0, 0, 250, 1024, ALL, 0)) == []
