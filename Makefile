@@ -8,7 +8,7 @@ GPUSCHED_CACHE ?= $(HOME)/.cache/gpusched
 export GPUSCHED_CACHE
 STAMP := $(VENV)/.installed
 
-.PHONY: all venv bins demo demo-cluster test test-unit test-integration soak-faults lint bench bench-churn packing-bound cluster-up cluster-down clean
+.PHONY: all venv bins prometheus demo demo-cluster test test-unit test-integration soak-faults lint bench bench-churn packing-bound cluster-up cluster-down clean
 
 all: test
 
@@ -22,6 +22,12 @@ venv: $(STAMP)
 
 bins:
 	@tools/build.sh
+
+# The telemetry tests' Prometheus: Debian's package, fetched (apt-get download, else a Debian
+# mirror from the apt sources), checked against its pinned SHA-256 and unpacked into the
+# binary cache; no root (gpusched/devcluster/prometheus.py).
+prometheus: venv
+	@$(PY) -m gpusched.devcluster.prometheus install
 
 # A local control plane to point kubectl at (tools/README.md): `make cluster-up` starts etcd,
 # kube-apiserver, KWOK and kube-scheduler on loopback, loads NODES generated GPU nodes
@@ -52,13 +58,13 @@ cluster-status: venv
 demo: venv
 	$(VENV)/bin/gpusched simulate
 
-test: venv bins
+test: venv bins prometheus
 	$(PY) -m pytest tests
 
 test-unit: venv
 	$(PY) -m pytest tests/unit
 
-test-integration: venv bins
+test-integration: venv bins prometheus
 	$(PY) -m pytest tests/integration
 
 # The fault suite, longer (README "Safety"): the kill -9 and Lease-edit scenarios

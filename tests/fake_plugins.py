@@ -223,8 +223,8 @@ DEFAULT_FAKES = (
     fake("DefaultBinder", P.BIND),
     fake("Preemption", P.FILTER, P.POST_FILTER, P.RESERVE),
     fake("TenantLoad", P.SCORE),
-    fake("PowerHeadroom", P.SCORE),
     fake("NVLinkTopology", P.PRE_SCORE, P.SCORE),
+    fake("PowerHeadroom", P.SCORE),
 )
 EXTRA_FAKES = (
     fake("Coscheduling", P.PRE_FILTER, P.PERMIT, P.RESERVE, P.POST_BIND),

@@ -198,8 +198,8 @@ class TelemetryQueries:
     gpu_temp: str = "DCGM_FI_DEV_GPU_TEMP"
     memory_temp: str = "DCGM_FI_DEV_MEMORY_TEMP"
     power_usage: str = "DCGM_FI_DEV_POWER_USAGE"
-    # Not among dcgm-exporter's default counters (DCGM field 160, enabled in its
-    # dcp-metrics CSV); without it the power limit comes from the node's inventory.
+    # Not among dcgm-exporter's default counters (DCGM field 160, in W): add it to the
+    # exporter's counters CSV; without it the power limit is unknown (NaN).
     power_limit: str = "DCGM_FI_DEV_POWER_MGMT_LIMIT"
     gpu_util: str = "DCGM_FI_DEV_GPU_UTIL"
     fb_free: str = "DCGM_FI_DEV_FB_FREE"

@@ -60,6 +60,7 @@ from gpusched.daemon.quota_status import QuotaStatusPublisher
 from gpusched.daemon.reload import DEFAULT_POLL_SECONDS, ConfigReload
 from gpusched.daemon.reporting import Reporter
 from gpusched.daemon.tasks import Tasks
+from gpusched.daemon.telemetry import TelemetryTask
 from gpusched.daemon.warmup import warm_kernels
 from gpusched.framework.disruption import NO_DISRUPTION
 from gpusched.framework.dra import NO_DRA, DraChange
@@ -332,6 +333,19 @@ class Daemon:
             gangs=self.handle.gang_index,
             dra=self.dra or NO_DRA,
         )
+        # Live GPU telemetry from Prometheus (daemon/telemetry.py), when configured.
+        self.telemetry: TelemetryTask | None = None
+        if config.telemetry.prometheus_url:
+            self.telemetry = TelemetryTask(
+                config.telemetry,
+                self.cache.snapshot,
+                self.queue,
+                self.metrics,
+                logger,
+                node_event=self._telemetry_event,
+                leading=self.leading_now,
+                on_applied=self._telemetry_applied,
+            )
         self.schedule_one = ScheduleOne(
             self.frameworks,
             self.cache,
@@ -345,6 +359,7 @@ class Daemon:
                 self.frameworks,
                 lambda: self.cache.snapshot.names,
                 on_attempt=self.gang_status.attempted if self.gang_status else None,
+                telemetry=self.telemetry.taken if self.telemetry else None,
             ),
             keep_scores=True,
             read_pod=self._read_pod,
@@ -483,6 +498,9 @@ class Daemon:
             )
             self.ready.set()
             background.append(asyncio.create_task(self._timers(), name="timers"))
+            if self.telemetry is not None:
+                # Standbys too: the snapshot a new leader schedules from is current.
+                background.append(asyncio.create_task(self.telemetry.run(), name="telemetry"))
             if self.elector is not None:
                 # A warm standby: watches, cache and queue stay current, so the moment we
                 # lead, the first attempt sees the cluster as it is. Seeking the Lease only
@@ -506,6 +524,8 @@ class Daemon:
             for name, warning in self._unwritten:
                 self._write_node_warning(name, warning)
             self._unwritten.clear()
+            if self.telemetry is not None:
+                self.telemetry.now_leading()
             for name in sorted(self._overcommit_unwritten):
                 use = self.overcommit.over.get(name)
                 if use is not None:
@@ -596,6 +616,22 @@ class Daemon:
             podgroups=self.gang_board is not None,
             elasticquotas=quota_board is not None,
         )
+
+    def leading_now(self) -> bool:
+        return self.leading.is_set()
+
+    def _telemetry_event(self, node: str, type_: str, reason: str, message: str) -> None:
+        """A card health Event on a Node (daemon/telemetry.py calls it only while leading)."""
+        self.tasks.spawn(
+            self.writer.event(ObjectRef.node(node), type_, reason, message, action="ReadTelemetry"),
+            f"event node {node}",
+        )
+
+    def _telemetry_applied(self) -> None:
+        """After each telemetry pass: plugins that keep state over the readings (Thermal's
+        red-line latch) bring it up to date, before the next attempt."""
+        for fw in self.frameworks.values():
+            fw.telemetry_updated()
 
     def _fence(self) -> str | None:
         return self.elector.fence() if self.elector is not None else None
@@ -852,6 +888,8 @@ class Daemon:
     def _attempt(self, info: QueuedPodInfo) -> None:
         """The loop's body: the scheduling cycle, then a task for the binding cycle."""
         decision = self.schedule_one.attempt(info)
+        if self.telemetry is not None and decision is not None and decision.node:
+            self.telemetry.note(info.pod.uid, decision.node)
         gang = info.pod.gang
         if self.gang_status is not None and gang is not None:
             self.gang_status.touch(gang.api, gang.name)  # assumed or waiting: placed now

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
+from typing import Any
 
 import structlog
 
@@ -35,6 +36,7 @@ class Reporter(Observer):
         frameworks: Mapping[str, Framework],
         names: Callable[[], list[str]],
         on_attempt: Callable[[PodInfo, str, str], None] | None = None,
+        telemetry: Callable[[str], dict[str, Any] | None] | None = None,
     ) -> None:
         self.log = log
         self.metrics = metrics
@@ -45,6 +47,9 @@ class Reporter(Observer):
         # Every attempt's end as (pod, reason, message): reason "" when placed, else the
         # PodScheduled reason (Unschedulable, SchedulerError). The PodGroup status board.
         self.on_attempt = on_attempt
+        # pod uid -> the chosen node's telemetry when the attempt read it (state, hottest
+        # card's temperature), for the decision record; None without telemetry.
+        self.telemetry = telemetry
         self._timings: dict[str, tuple[dict[tuple[str, str], int], dict[tuple[str, str], int]]] = {}
 
     def finished(
@@ -80,6 +85,8 @@ class Reporter(Observer):
         # The configuration generation the attempt was scheduled with (daemon/reload.py).
         fw = decision.framework or self.frameworks.get(profile)
         record["config_generation"] = fw.generation if fw is not None else None
+        if self.telemetry is not None and (seen := self.telemetry(pod.uid)) is not None:
+            record["telemetry"] = seen
         if outcome in (Outcome.BOUND, Outcome.DROPPED):
             self.log.info("decision", **record)
         else:

@@ -20,7 +20,7 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from types import TracebackType
@@ -39,6 +39,7 @@ from gpusched.devcluster.processes import (
     stop_group,
     wait_ready,
 )
+from gpusched.devcluster.prometheus import PrometheusServer
 
 WORKDIR_PREFIX = "gpusched-cluster-"
 # An attached cluster's temp dir names its owner; a SIGKILLed owner (its children die with
@@ -201,6 +202,22 @@ class LocalCluster:
     def stop(self) -> None:
         self._stop_processes()
         self._remove_workdir()
+
+    def start_prometheus(self, targets: Sequence[str] = ()) -> PrometheusServer:
+        """A Prometheus scraping `targets` every second (devcluster/prometheus.py), its data
+        in this cluster's work dir; stopped with the cluster, or earlier by
+        `stop_prometheus`. Needs `make prometheus` (BinaryNotFoundError says so)."""
+        workdir = Path(tempfile.mkdtemp(prefix="prometheus-", dir=self.workdir))
+        server = PrometheusServer(workdir, targets, attached=self.options.attached)
+        server.start()
+        assert server.process is not None
+        self.processes.append(server.process)
+        return server
+
+    def stop_prometheus(self, server: PrometheusServer) -> None:
+        if server.process in self.processes:
+            self.processes.remove(server.process)
+        server.stop()
 
     def restart_apiserver(self, extra_args: tuple[str, ...] | None = None) -> None:
         """Stop kube-apiserver (SIGTERM: a graceful shutdown, as a rolling restart does) and

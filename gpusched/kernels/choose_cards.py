@@ -15,13 +15,14 @@ returns cards exactly when the summary says the row fits.
 
 **Cool cards first.** Among cards those rules find equally good, the coolest go first:
 whole-card pods take the k coolest cards of the chosen island (or of all eligible cards
-when spanning), and islands that tie on size are ranked by the hottest of their k coolest
-cards; a shared pod's best-fit ties go to the coolest card. Temperatures are the fresh
-``card_temp`` readings (°C). A card without one (NaN) is neither hot nor cool: it counts as
-the median of the node's known cards, so a card with no exporter reading never wins as
-"cold" nor is avoided as "hot". Remaining ties (and a node with no readings at all, where
-every card counts the same) fall to the lowest index, so without telemetry the choice is
-exactly the one the rules above make alone. The chosen indices are returned ascending.
+when spanning); the island itself is chosen as above, temperatures aside
+(NVLinkTopology's score reads which island that is); a shared pod's best-fit ties go to
+the coolest card. Temperatures are the fresh ``card_temp`` readings (°C). A card without
+one (NaN) is neither hot nor cool: it counts as the median of the node's known cards, so a
+card with no exporter reading never wins as "cold" nor is avoided as "hot". Remaining ties
+(and a node with no readings at all, where every card counts the same) fall to the lowest
+index, so without telemetry the choice is exactly the one the rules above make alone. The
+chosen indices are returned ascending.
 
 Returns an int64 array of length k (whole) or 1 (shared), or empty when nothing fits. It
 allocates: it runs once per scheduled pod, not per node.
@@ -108,8 +109,6 @@ def choose_cards_nb(
             return empty
         best_first = -1
         best_count = C + 1
-        best_heat = np.inf
-        scratch = np.empty(C, dtype=np.float64)
         for c in range(C):
             if not (elig >> c) & 1:
                 continue
@@ -126,16 +125,10 @@ def choose_cards_nb(
             in_island = 0
             for d in range(c, C):
                 if (elig >> d) & 1 and card_island[row, d] == isl:
-                    scratch[in_island] = heat[d]
                     in_island += 1
-            if in_island < k or in_island > best_count:
-                continue
-            # The island's k coolest cards would be taken: the hottest of them ranks it.
-            kth = np.sort(scratch[:in_island])[k - 1]
-            if in_island < best_count or kth < best_heat:
+            if k <= in_island < best_count:
                 best_count = in_island
                 best_first = c
-                best_heat = kth
         if best_first < 0 and nvlink == 2:
             return empty
         pool = np.int64(0)
@@ -225,11 +218,7 @@ def choose_cards_np(
         holds = counts >= req_cards
         if holds.any():
             first_card = idx[grouped][first][holds]
-            kth = np.array(
-                [np.sort(heat[idx[islands == i]])[req_cards - 1] for i in ids[holds]],
-                dtype=np.float64,
-            )
-            pick = np.lexsort((first_card, kth, counts[holds]))[0]
+            pick = np.lexsort((first_card, counts[holds]))[0]
             pool = idx[islands == ids[holds][pick]]
         elif nvlink == 2:
             return empty

@@ -14,6 +14,9 @@ from dataclasses import dataclass
 
 NAN = math.nan
 NO_XID = 0  # DCGM's "no XID since the GPU was reset"
+# The XID was not read (its query failed, or the exporter does not export it): says nothing
+# about the card's health either way, so it neither marks a card sick nor clears it.
+XID_UNKNOWN = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,4 +34,4 @@ class CardReading:
     util_pct: float = NAN  # 0-100
     fb_used_mib: float = NAN
     fb_free_mib: float = NAN
-    xid: int = NO_XID  # the last XID DCGM saw on the card (0: none)
+    xid: int = NO_XID  # the last XID DCGM saw on the card (0: none; XID_UNKNOWN: not read)

@@ -99,6 +99,39 @@ class Metrics:
             ["result"],
             registry=r,
         )
+        # Live GPU telemetry read from Prometheus (gpusched/telemetry, daemon/telemetry.py).
+        self.telemetry_nodes = Gauge(
+            "gpusched_telemetry_nodes",
+            "GPU nodes by the state of their telemetry: fresh (a card's reading is at most"
+            " staleAfterSeconds old), stale (readings seen, none fresh), missing (none ever).",
+            ["state"],
+            registry=r,
+        )
+        self.telemetry_refresh = Histogram(
+            "gpusched_telemetry_refresh_seconds",
+            "Time to read every telemetry query from Prometheus and apply the readings.",
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+            registry=r,
+        )
+        self.telemetry_errors = Counter(
+            "gpusched_telemetry_errors",
+            "Failed telemetry queries (or refreshes), by the reason: connection, timeout,"
+            " http, response, query, token, tls.",
+            ["reason"],
+            registry=r,
+        )
+        self.telemetry_unmatched = Gauge(
+            "gpusched_telemetry_unmatched_readings",
+            "Card readings of the last refresh that matched no node's card (by UUID, or host"
+            " label and gpu index), plus series naming no card at all.",
+            registry=r,
+        )
+        self.unhealthy_cards = Gauge(
+            "gpusched_gpu_unhealthy_cards",
+            "Cards telemetry took out of service (a hardware XID, memory over its"
+            " temperature limit).",
+            registry=r,
+        )
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -12,10 +12,11 @@ model, so the plugins see telemetry the same way in both.
   (none ever); every change of that state is reported once (the daemon logs it and counts
   the states in a metric).
 - **Health.** A card reporting a hardware XID (`unhealthyXids`) is sick until a newer
-  reading reports another value; a card whose memory reaches `memoryTempLimitCelsius` is
-  sick until it is `memoryTempMarginCelsius` below. Sick cards are not given out (the
-  snapshot's `card_healthy`). A sick card stays sick while its telemetry is stale: only a
-  fresh reading clears it (a GPU that fell off the bus reports nothing at all).
+  reading reports another value (one whose XID was not read, XID_UNKNOWN, keeps it); a
+  card whose memory reaches `memoryTempLimitCelsius` is sick until it is
+  `memoryTempMarginCelsius` below. Sick cards are not given out (the snapshot's
+  `card_healthy`). A sick card stays sick while its telemetry is stale: only a fresh
+  reading clears it (a GPU that fell off the bus reports nothing at all).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import numpy as np
 
 from gpusched.config.settings import Telemetry
 from gpusched.core.cache.snapshot import Snapshot
-from gpusched.model.telemetry import CardReading
+from gpusched.model.telemetry import XID_UNKNOWN, CardReading
 
 # Hosts named in readings that match no node, kept for the report (bounded: the host label
 # is whatever the exporter was told).
@@ -195,6 +196,8 @@ class TelemetryIngest:
         was = sickness.sick
         if reading.xid in self._xids:
             sickness.xid = reading.xid
+        elif reading.xid == XID_UNKNOWN:
+            pass  # not read this time (a failed query): the latched XID stands
         elif sickness.xid:
             sickness.xid = 0  # a newer reading reports another XID: cleared (GPU reset)
         mem = reading.memory_temp

@@ -55,6 +55,10 @@ class ClusterEvent(enum.Enum):
     # An ElasticQuota added, changed or deleted, or a Namespace moved to another tenant
     # (kube/quotas.py): only pods ElasticQuota refused may care.
     QUOTA_CHANGE = "ElasticQuotaChange"
+    # Live GPU telemetry moved in a pod's favour (daemon/telemetry.py: a node cooled, or
+    # its readings went stale and read neutral): only pods the Thermal filter rejected may
+    # care. A card healed is a NODE_UPDATE with NodeChange.CARDS.
+    TELEMETRY = "GPUTelemetryChange"
     FLUSH = "UnschedulableTimeout"
 
 
@@ -121,6 +125,8 @@ VOLUME_EVENTS = frozenset(
 )
 
 QUOTA_PLUGINS = frozenset({"ElasticQuota"})
+# Filters that read live telemetry (the snapshot's temperatures), woken by TELEMETRY.
+TELEMETRY_PLUGINS = frozenset({"Thermal"})
 # Rejections a pod event helps only when the event's pod is of the same tenant (its usage
 # changed): the queue maps both namespaces to their tenants (SchedulingQueue.tenant_of).
 TENANT_SCOPED = QUOTA_PLUGINS
@@ -193,6 +199,8 @@ def may_help(
         return True
     if event is ClusterEvent.QUOTA_CHANGE:
         return not rejected_by or bool(rejected_by & QUOTA_PLUGINS)
+    if event is ClusterEvent.TELEMETRY:
+        return not rejected_by or bool(rejected_by & TELEMETRY_PLUGINS)
     if event in DRA_EVENTS:
         # A claim, slice or class changing helps only a pod DynamicResources rejected (or
         # one whose rejection names no plugin).

@@ -57,7 +57,7 @@ def test_kernel_equals_twin_and_follows_choose_cards(case: tuple[Cluster, Reques
         if (cl.card_island[row][present] < 0).any():
             assert got[i] == UNKNOWN
             continue
-        cards = choose_cards_np(*cl.cards(), row, *req.args())
+        cards = choose_cards_np(*cl.cards(), cl.card_temp, row, *req.args())
         one_island = np.unique(cl.card_island[row, cards]).size == 1
         # Spanning scores below every fit inside one island, and only when the cards span.
         assert (got[i] <= SPAN_NONE) == (not one_island)

@@ -11,7 +11,7 @@ import pytest
 from gpusched.config.settings import Telemetry
 from gpusched.core.cache.snapshot import Snapshot
 from gpusched.model.node import Card, NodeModel
-from gpusched.model.telemetry import CardReading
+from gpusched.model.telemetry import XID_UNKNOWN, CardReading
 from gpusched.telemetry.ingest import NodeState, TelemetryIngest
 
 
@@ -188,3 +188,15 @@ def test_the_power_limit_falls_back_to_the_inventory(snap: Snapshot) -> None:
     assert list(snap.card_power_limit[row, :2]) == [700.0, 500.0]  # the reading's own wins
     ingest.apply([_r("gpu-b", 0, 1.0, power_w=200.0)], now=1.0)
     assert math.isnan(snap.card_power_limit[snap.row_of("gpu-b"), 0])  # neither knows it
+
+
+def test_an_xid_not_read_keeps_the_card_as_it_was(snap: Snapshot) -> None:
+    """A failed XID query (XID_UNKNOWN) neither clears a sick card nor makes one sick."""
+    ingest = TelemetryIngest(snap, SETTINGS)
+    row = snap.row_of("gpu-b")
+    ingest.apply([_r("gpu-b", 2, 1.0, xid=79)], now=1.0)
+    report = ingest.apply([_r("gpu-b", 2, 2.0, xid=XID_UNKNOWN)], now=2.0)
+    assert report.health == []
+    assert not snap.card_healthy[row, 2]
+    cleared = ingest.apply([_r("gpu-b", 2, 3.0, xid=0)], now=3.0)
+    assert [h.healthy for h in cleared.health] == [True]
