@@ -27,7 +27,7 @@ bins:
 # mirror from the apt sources), checked against its pinned SHA-256 and unpacked into the
 # binary cache; no root (gpusched/devcluster/prometheus.py).
 prometheus: venv
-	@$(PY) -m gpusched.devcluster.prometheus install
+	@$(PY) -m gpusched.devcluster prometheus
 
 # A local control plane to point kubectl at (tools/README.md): `make cluster-up` starts etcd,
 # kube-apiserver, KWOK and kube-scheduler on loopback, loads NODES generated GPU nodes

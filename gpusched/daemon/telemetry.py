@@ -180,7 +180,9 @@ class TelemetryTask:
         snap = self.snapshot
         shown = 0
         rest: dict[str, int] = {}
-        for change in report.changes:
+        # A node's change from a known state first: the first states of a refresh that
+        # meets a thousand nodes are what the summary line is for, a node going stale is not.
+        for change in sorted(report.changes, key=lambda c: c.before is None):
             self.states[change.node] = change.after
             if shown >= MAX_NODE_LINES:
                 rest[change.after.value] = rest.get(change.after.value, 0) + 1

@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-from gpusched.devcluster import bootstrap, nodes
+from gpusched.devcluster import bootstrap, nodes, prometheus
 from gpusched.devcluster.binaries import BinaryNotFoundError, find_binaries, pinned_versions
 from gpusched.devcluster.cluster import (
     ClusterOptions,
@@ -160,7 +160,14 @@ def main(argv: list[str] | None = None) -> int:
     up.add_argument("--no-kube-scheduler", action="store_true")
     sub.add_parser("down", help="stop the cluster started by `up`")
     sub.add_parser("status", help="show whether the cluster is running")
+    sub.add_parser(
+        "prometheus", help="fetch Debian's prometheus into the binary cache (make prometheus)"
+    )
     args = parser.parse_args(argv)
+    if args.command == "prometheus":
+        # Here, not `python -m gpusched.devcluster.prometheus`: the package imports that
+        # module first, and runpy warns about running a module already imported.
+        return prometheus.main(["install"])
     if args.command == "up":
         args.nodes_set = args.nodes is not None
         if args.nodes is None:

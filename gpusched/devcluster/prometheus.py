@@ -363,7 +363,8 @@ class PrometheusServer:
 
 
 def main(argv: Sequence[str]) -> int:
-    """`python -m gpusched.devcluster.prometheus install`: what `make prometheus` runs."""
+    """`python -m gpusched.devcluster prometheus` (what `make prometheus` runs) calls this
+    with ["install"]; `python -m gpusched.devcluster.prometheus install` works too."""
     if list(argv) != ["install"]:
         print("usage: python -m gpusched.devcluster.prometheus install", file=sys.stderr)
         return 2

@@ -117,6 +117,28 @@ async def test_each_node_state_change_is_logged_once(h: Harness) -> None:
     assert h.task.states["gpu-a"].value == "stale"
 
 
+async def test_past_the_line_cap_a_known_node_going_stale_is_listed_before_new_nodes(
+    h: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A refresh that meets many new nodes summarises them; a node that was fresh and went
+    stale in the same refresh keeps its own line (it is the news)."""
+    monkeypatch.setattr("gpusched.daemon.telemetry.MAX_NODE_LINES", 1)
+    await h.refresh(h.reading("gpu-a", 0, 70.0), h.reading("gpu-b", 0, 70.0))
+    assert len(h.logged("telemetry fresh")) == 1
+    (summary,) = h.logged("telemetry state changes not listed")
+    assert summary["nodes"] == 1
+    # A new node on a lower row than gpu-b (gpu-a's, freed): first in the ingestion's order.
+    h.snap.remove_node("gpu-a")
+    cards = tuple(Card(i, "A100", 81920) for i in range(4))
+    assert h.snap.upsert_node(NodeModel("gpu-c", 64_000, 2**38, 110, cards=cards)) == 0
+    h.wall += 61.0
+    await h.refresh()
+    (stale,) = h.logged("telemetry stale")
+    assert stale["node"] == "gpu-b"  # listed; the new node summed up
+    assert h.logged("telemetry missing") == []
+    assert h.logged("telemetry state changes not listed")[-1]["states"] == {"missing": 1}
+
+
 async def test_health_events_only_from_the_leader_and_a_standby_catches_up(h: Harness) -> None:
     await h.refresh(h.reading("gpu-a", 2, 60.0, xid=79), h.reading("gpu-b", 1, 60.0, xid=48))
     assert [r["card"] for r in h.logged("GPU unhealthy")] == [2, 1]
