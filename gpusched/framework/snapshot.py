@@ -169,6 +169,10 @@ class NodeColumns:
         self.generation = 0
         # Bumped whenever a row's cards are rewritten (a node added or its inventory changed).
         self.card_layout = 0
+        # Bumped whenever the telemetry columns may have changed (an ingestion pass, a row's
+        # readings cleared): state derived from the readings (Thermal's latch) is redone
+        # only then, not at every Filter and Score.
+        self.telemetry_version = 0
         # Bumped only when a row gets or loses its node (which node is on which row): caches
         # keyed by row and node name, not by labels, follow this and ignore label churn.
         self.membership = 0

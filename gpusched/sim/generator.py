@@ -20,14 +20,7 @@ import numpy as np
 from gpusched.model import keys
 from gpusched.model.node import Card, NodeModel
 from gpusched.model.pod import Gang, GangAPI, NVLink, PodInfo, PodRequest
-from gpusched.sim.thermal import (
-    HOT_INLET_C,
-    NODE_OFFSET_SD_C,
-    NORMAL_INLET_C,
-    RACK_INLET_SD_C,
-    HeatEnvironment,
-    Site,
-)
+from gpusched.sim.thermal import HeatEnvironment, Site, node_site, rack_inlet
 
 GIB = 1024**3
 
@@ -82,7 +75,7 @@ def generate_fleet(
         spine = f"spine-{r // racks_per_spine}"
         # A few racks sit near the hot aisle (see sim/thermal.py for the model).
         hot = rng.random() < 0.2
-        inlet = (HOT_INLET_C if hot else NORMAL_INLET_C) + inlet_rng.normal(0.0, RACK_INLET_SD_C)
+        inlet = rack_inlet(hot, inlet_rng)
         for i in range(nodes_per_rack):
             name = f"{kind.prefix}-{r:02d}-{i:02d}"
             cards = tuple(
@@ -120,7 +113,7 @@ def generate_fleet(
                 )
             )
             if kind.cards:
-                sites[name] = Site(float(inlet), float(NODE_OFFSET_SD_C * rng.normal()))
+                sites[name] = node_site(inlet, rng)
     return Fleet(tuple(nodes), HeatEnvironment(sites, seed))
 
 

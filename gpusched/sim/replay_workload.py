@@ -19,14 +19,7 @@ from gpusched.model import keys
 from gpusched.model.node import NodeModel
 from gpusched.model.pod import Gang, GangAPI, PodInfo
 from gpusched.sim.openb import TraceNode, TracePod
-from gpusched.sim.thermal import (
-    HOT_INLET_C,
-    NODE_OFFSET_SD_C,
-    NORMAL_INLET_C,
-    RACK_INLET_SD_C,
-    HeatEnvironment,
-    Site,
-)
+from gpusched.sim.thermal import HeatEnvironment, Site, node_site, rack_inlet
 from gpusched.sim.trace_cluster import node_model, pod_info
 
 
@@ -252,12 +245,10 @@ def rack_layout(nodes: Sequence[TraceNode], seed: int, cfg: ReplayConfig) -> Lay
             is_hot = bool(rng.random() < cfg.hot_rack_share)
             if is_hot:
                 hot.add(rack)
-            inlet = (HOT_INLET_C if is_hot else NORMAL_INLET_C) + inlet_rng.normal(
-                0.0, RACK_INLET_SD_C
-            )
+            inlet = rack_inlet(is_hot, inlet_rng)
             for i in perm[start : start + cfg.nodes_per_rack]:
                 n = group[int(i)]
                 out.append(node_model(n, rack=rack, spine=spine))
-                sites[n.sn] = Site(float(inlet), float(NODE_OFFSET_SD_C * rng.normal()))
+                sites[n.sn] = node_site(inlet, rng)
             r += 1
     return Layout(tuple(out), HeatEnvironment(sites, seed), frozenset(hot))

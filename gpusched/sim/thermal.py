@@ -109,6 +109,16 @@ class Site:
     offset_c: float
 
 
+def rack_inlet(hot: bool, rng: np.random.Generator) -> float:
+    """A rack's inlet air: its class (hot aisle or cold) plus the rack-to-rack spread."""
+    return float((HOT_INLET_C if hot else NORMAL_INLET_C) + rng.normal(0.0, RACK_INLET_SD_C))
+
+
+def node_site(inlet: float, rng: np.random.Generator) -> Site:
+    """A GPU node's site in a rack breathing `inlet`: its own offset drawn from `rng`."""
+    return Site(float(inlet), float(NODE_OFFSET_SD_C * rng.normal()))
+
+
 @dataclass(frozen=True, slots=True)
 class HeatEnvironment:
     """The physical side of a simulated cluster: each GPU node's site, and the seed that
@@ -120,21 +130,6 @@ class HeatEnvironment:
     tau_s: float = TAU_S
     max_operating_c: float = MAX_OPERATING_C
     red_line_c: float = RED_LINE_C
-
-    @staticmethod
-    def draw(
-        racks: Mapping[str, tuple[str, ...]], hot_racks: frozenset[str], seed: int
-    ) -> HeatEnvironment:
-        """Sites for `racks` (rack -> its GPU nodes): each rack's inlet from its class, each
-        node's offset, drawn from `seed`."""
-        rng = np.random.default_rng([seed, 0x7E47])
-        sites: dict[str, Site] = {}
-        for rack in sorted(racks):
-            base = HOT_INLET_C if rack in hot_racks else NORMAL_INLET_C
-            inlet = float(base + rng.normal(0.0, RACK_INLET_SD_C))
-            for node in racks[rack]:
-                sites[node] = Site(inlet, float(rng.normal(0.0, NODE_OFFSET_SD_C)))
-        return HeatEnvironment(sites, seed)
 
 
 @dataclass(slots=True)

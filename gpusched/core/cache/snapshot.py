@@ -298,6 +298,7 @@ class Snapshot(NodeColumns):
     # -- telemetry (gpusched/telemetry/ingest.py writes these) --------------------------
 
     def _clear_readings(self, row: int) -> None:
+        self.telemetry_version += 1
         for name in TELEMETRY_CARD_COLUMNS:
             getattr(self, name)[row] = np.nan
         self.card_sampled_at[row] = np.nan
@@ -314,6 +315,7 @@ class Snapshot(NodeColumns):
     def expire_readings(self, before: float) -> None:
         """Clear (NaN) every reading sampled before `before` and recompute each node's
         hottest fresh card; a card never seen stays NaN."""
+        self.telemetry_version += 1
         stale = self.card_sampled_at < before  # NaN compares False: never-seen stays as is
         if stale.any():
             for name in TELEMETRY_CARD_COLUMNS:

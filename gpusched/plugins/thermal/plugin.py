@@ -11,9 +11,11 @@ until it reads below `redLineCelsius - hysteresisCelsius`; while latched it take
 work whatever the projection says. The latch is brought up to date from the columns
 (vectorised, idempotent: the same readings give the same latch) after every ingestion pass
 (`telemetry_updated`, which the runtime calls: every sample is judged, also while no pod is
-waiting) and at each Filter and Score. A latched node whose telemetry goes stale keeps its
-latch but is not held by it (stale is no data: neutral, as everywhere); the next fresh
-reading decides again, so 83 °C, stale, 81 °C is still latched.
+waiting); Filter and Score look again only when the snapshot's telemetry or rows changed
+since (`telemetry_version`, `membership`), so an attempt pays nothing for it. A latched
+node whose telemetry goes stale keeps its latch but is not held by it (stale is no data:
+neutral, as everywhere); the next fresh reading decides again, so 83 °C, stale, 81 °C is
+still latched.
 """
 
 from __future__ import annotations
@@ -72,6 +74,7 @@ class Thermal:
         self.latched = np.zeros(0, np.bool_)
         self._latched_names: frozenset[str] = frozenset()
         self._membership = -1
+        self._seen = (-1, -1, -1)  # (telemetry_version, membership, rows) last observed
         self.any_fresh = False  # whether the last look found any fresh reading
 
     # -- the latch ------------------------------------------------------------------------
@@ -80,6 +83,10 @@ class Thermal:
         """Bring the latch up to date with the current readings; the latch per row."""
         snap = self.handle.snapshot
         n = len(snap.node_valid)
+        seen = (snap.telemetry_version, snap.membership, n)
+        if seen == self._seen:
+            return self.latched  # no reading and no row changed since the last look
+        self._seen = seen
         if len(self.latched) != n or snap.membership != self._membership:
             latched = np.zeros(n, np.bool_)
             for name in self._latched_names:
