@@ -164,6 +164,17 @@ def node_temp(daemon: Daemon, node: str) -> float:
     return float(snap.node_temp[snap.row_of(node)])
 
 
+async def bound_record(daemon: Daemon, stream: io.StringIO, pod: str) -> dict[str, Any]:
+    """The pod's "bound" decision record. The API server shows the pod bound as soon as
+    the Binding is stored; the daemon writes the record when its binding task finishes,
+    which a watcher of the pod may see first: wait for it over the daemon's refreshes."""
+    await daemon_sees(
+        daemon, lambda: bool(logged(stream, "decision", pod=pod, result="bound")), pod, stream
+    )
+    (record,) = logged(stream, "decision", pod=pod, result="bound")
+    return record
+
+
 async def test_a_hot_node_takes_no_gpu_pod_until_it_cools_below_the_margin(
     cluster: LocalCluster,
     kube: Kube,
@@ -222,7 +233,7 @@ async def test_a_hot_node_takes_no_gpu_pod_until_it_cools_below_the_margin(
         await prometheus_has(prometheus, exporter, hottest, lambda v: v == [70.0])
         bound = await until_bound(kube, namespace, ["train"], 1)
         assert bound["train"]["spec"]["nodeName"] == name
-        (placed,) = logged(stream, "decision", pod=f"{namespace}/train", result="bound")
+        placed = await bound_record(daemon, stream, f"{namespace}/train")
         assert placed["telemetry"] == {"state": "fresh", "tempC": 70.0}
 
 
@@ -261,7 +272,7 @@ async def test_stale_telemetry_excludes_no_node(
         await kube.post(pod_path(namespace), demo_pod("after", gpus=1, **placement(pool)))
         bound = await until_bound(kube, namespace, ["after"], 1)
         assert bound["after"]["spec"]["nodeName"] == name
-        (placed,) = logged(stream, "decision", pod=f"{namespace}/after", result="bound")
+        placed = await bound_record(daemon, stream, f"{namespace}/after")
         assert placed["telemetry"] == {"state": "stale", "tempC": None}
 
 
