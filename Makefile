@@ -87,8 +87,14 @@ lint: venv
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 
+# What a pod costs the code that runs (docs/performance-cycle.md): ScheduleOne with the
+# default profile at 1,000 / 5,000 / 10,000 nodes x 8 cards, per extension point and plugin,
+# against a NodeResourcesFit + GPUFit profile in the same run (about 4 minutes; reads the
+# openb trace through TRACE_DIR); the binding path (the Binding write, the post-bind
+# bookkeeping); the watch decode.
 bench: venv
-	$(PY) bench/kernels.py
+	$(PY) bench/schedule_one.py --trace-dir $(TRACE_DIR)
+	$(PY) bench/bind_path.py
 	$(PY) bench/watch_decode.py
 
 # RSS and per-pod cost with 20,000 unschedulable pods pending and 10,000 node label updates

@@ -84,7 +84,11 @@ def simulate(tree: Path, out: Path, args: argparse.Namespace) -> None:
         cmd += ["--pods", pods]
     env = {**os.environ, "PYTHONPATH": str(tree)}
     print(f"running {tree} ...", flush=True)
-    subprocess.run(cmd, check=True, env=env, cwd=tree, stdout=subprocess.DEVNULL)
+    done = subprocess.run(cmd, check=True, env=env, cwd=tree, capture_output=True, text=True)
+    # The per-seed lines: unallocated GPU % at 100 % arrived, seconds, us per pod.
+    for text in done.stdout.splitlines():
+        if " seed " in text:
+            print(" ", text.strip())
 
 
 def main(argv: list[str] | None = None) -> int:

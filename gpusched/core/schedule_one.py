@@ -300,13 +300,15 @@ class ScheduleOne:
                 rejected_by=diag.rejected_by,
             )
         st = fw.run_pre_score(state, pod, frows)
+        t25 = clock()
+        ns["PreScore"] = t25 - t2
         if not st.is_success():
             return Decision(
                 pod, Result.ERROR, st, state, diagnosis=diag, feasible=len(frows), point_ns=ns
             )
         scores, st = fw.run_score(state, pod, frows, keep=self.keep_scores)
         t3 = clock()
-        ns["Score"] = t3 - t2
+        ns["Score"] = t3 - t25
         if scores is None:
             return Decision(
                 pod, Result.ERROR, st, state, diagnosis=diag, feasible=len(frows), point_ns=ns

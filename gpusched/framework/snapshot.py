@@ -52,6 +52,10 @@ MAX_CARDS_LIMIT = 63
 # pending pod still selects on is declared again at its next attempt). Keys come from pod
 # selectors, so this is user input: a few dozen in a real cluster.
 MAX_WATCHED_KEYS = 1024
+# Beyond this many touches since a version, changed_rows reads row_version in one vector
+# pass instead of the log (building an array from a long list costs more than the pass).
+RECENT_TOUCHES = 1024
+TOUCH_LOG = 2048  # entries of NodeColumns.touched (a ring), more than RECENT_TOUCHES
 # GPU model constraints (pod input) whose allowed-model arrays are kept.
 MAX_ALLOWED_CACHE = 256
 # Distinct "other" resources (extended resources, ephemeral-storage, hugepages-*) with a
@@ -173,12 +177,22 @@ class NodeColumns:
         # readings cleared): state derived from the readings (Thermal's latch) is redone
         # only then, not at every Filter and Score.
         self.telemetry_version = 0
+        # Rows whose node is cordoned (node_unschedulable set): NodeUnschedulable reads no
+        # column while it is 0.
+        self.cordoned = 0
+        # Rows whose cards are published through DRA (node_dra_cards set): GPUFit reads no
+        # column for them while it is 0.
+        self.dra_nodes = 0
         # Bumped only when a row gets or loses its node (which node is on which row): caches
         # keyed by row and node name, not by labels, follow this and ignore label churn.
         self.membership = 0
         # Every change to a row's resources stamps it with a new version, so a plugin that
         # caches per-row results recomputes only the rows changed since it last looked.
         self.version = 0
+        # The row of each of the latest TOUCH_LOG touches, a ring: the touch that made
+        # version v is at (v - 1) % TOUCH_LOG. Rows changed since a recent version are read
+        # from here in O(changes), not from a pass over row_version (Snapshot.touch).
+        self.touched = np.zeros(TOUCH_LOG, np.int64)
         # Other resources (PodRequest.other, NodeModel.other): name -> column of
         # node_other_alloc / node_other_free, created when a node or a charged pod first
         # names the resource. A row without the resource has 0 allocatable there.
@@ -307,6 +321,23 @@ class NodeColumns:
 
     def valid_rows(self) -> NDArray[np.intp]:
         return np.flatnonzero(self.node_valid)
+
+    def changed_rows(self, since: int) -> NDArray[np.intp]:
+        """The rows whose resources changed after version `since` (row_version > since),
+        ascending: from the log of touches when they are few and it reaches back that far,
+        else one pass over row_version."""
+        recent = self.version - since
+        if recent <= 0:
+            return np.empty(0, np.intp)
+        if recent <= RECENT_TOUCHES:
+            start, end = since % TOUCH_LOG, self.version % TOUCH_LOG
+            log = self.touched
+            rows = log[start:end] if start < end else np.concatenate((log[start:], log[:end]))
+            if recent <= 256:
+                # Through a Python set: np.unique's fixed cost is several times this here.
+                return np.array(sorted(set(rows.tolist())), np.intp)
+            return np.unique(rows).astype(np.intp)
+        return np.flatnonzero(self.row_version > since).astype(np.intp)
 
     # -- lookups ---------------------------------------------------------------------------
 

@@ -22,6 +22,7 @@ from gpusched.framework.snapshot import (
     MAX_OTHER_RESOURCES,
     NO_CARD,
     TELEMETRY_CARD_COLUMNS,
+    TOUCH_LOG,
     NodeColumns,
 )
 from gpusched.model.node import (
@@ -42,6 +43,7 @@ class Snapshot(NodeColumns):
     """The columns plus their writers: what the cache builds and alone changes."""
 
     def touch(self, row: int) -> None:
+        self.touched[self.version % TOUCH_LOG] = row
         self.version += 1
         self.row_version[row] = self.version
 
@@ -51,8 +53,7 @@ class Snapshot(NodeColumns):
         """Add or update a node's row, keeping what its pods already use.
 
         Most node updates (status heartbeats, condition changes) leave the cards, labels and
-        taints as they were; those rows skip the card-column rebuild (measured in
-        bench/kernels.py).
+        taints as they were; those rows skip the card-column rebuild.
         """
         self._check(node)
         row = self.rows.get(node.name)
@@ -89,8 +90,11 @@ class Snapshot(NodeColumns):
         self.node_pods_alloc[row] = node.pods
         if node.other or (old is not None and old.other):
             self._set_other(row, node)
+        self.cordoned += int(node.unschedulable) - int(self.node_unschedulable[row])
         self.node_unschedulable[row] = node.unschedulable
-        self.node_dra_cards[row] = node.gpu_source == DRA_GPU_SOURCE
+        dra = node.gpu_source == DRA_GPU_SOURCE
+        self.dra_nodes += int(dra) - int(self.node_dra_cards[row])
+        self.node_dra_cards[row] = dra
         # Label and taint sets are shared and reference-counted; a label set holds only
         # the watched keys, so a label nothing selects on changes nothing here.
         changed = False
@@ -234,9 +238,12 @@ class Snapshot(NodeColumns):
         self.nodes[row] = None
         self.names[row] = ""
         self.node_valid[row] = False
+        self.cordoned -= int(self.node_unschedulable[row])
+        self.node_unschedulable[row] = False
         self._set_labelset(row, None)
         self._set_taintset(row, ())
         self.card_model[row] = NO_CARD
+        self.dra_nodes -= int(self.node_dra_cards[row])
         self.node_dra_cards[row] = False
         self.node_clique[row] = -1
         self.card_free_milli[row] = 0

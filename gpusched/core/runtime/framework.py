@@ -49,7 +49,13 @@ from gpusched.framework.interfaces import (
 from gpusched.framework.points import PROTOCOLS, Point
 from gpusched.framework.registry import Registry
 from gpusched.framework.status import INVALID_POD, SUCCESS, Code, Status
+from gpusched.kernels import accumulate_scores_nb, accumulate_scores_np
+from gpusched.kernels.dispatch import pick
 from gpusched.model.pod import PodInfo
+
+accumulate_scores = pick(accumulate_scores_nb, accumulate_scores_np)
+_MIN_SCORE = float(MIN_NODE_SCORE)
+_MAX_SCORE = float(MAX_NODE_SCORE)
 
 _log = logging.getLogger(__name__)
 
@@ -105,6 +111,15 @@ class Timings:
 
     def add(self, point: str, plugin: str, ns: int) -> None:
         self.add_slot(self.slot(point, plugin), ns)
+
+    def keys(self) -> list[tuple[str, str]]:
+        """The (point, plugin) of each slot, in slot order (as `totals`)."""
+        return list(self._keys)
+
+    def totals(self) -> list[int]:
+        """Nanoseconds so far per slot: read around one pod, the difference is its cost
+        per plugin (bench/schedule_one.py)."""
+        return list(self._ns)
 
     @property
     def ns(self) -> dict[tuple[str, str], int]:
@@ -233,6 +248,11 @@ class Framework:
         self._score_slots = [self.timings.slot("Score", p.name) for p, _ in self.score]
         self.reserve: list[ReservePlugin] = at(Point.RESERVE)
         self.permit: list[PermitPlugin] = at(Point.PERMIT)
+        # (plugin, timing slot) per point: the per-call bookkeeping is a list update.
+        self._pre_filter = [(p, self.timings.slot("PreFilter", p.name)) for p in self.pre_filter]
+        self._pre_score = [(p, self.timings.slot("PreScore", p.name)) for p in self.pre_score]
+        self._reserve = [(p, self.timings.slot("Reserve", p.name)) for p in self.reserve]
+        self._permit = [(p, self.timings.slot("Permit", p.name)) for p in self.permit]
         self.pre_bind: list[PreBindPlugin] = at(Point.PRE_BIND)
         self.bind: list[BindPlugin] = at(Point.BIND)
         if not self.bind:
@@ -279,13 +299,14 @@ class Framework:
             return None, Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE, pod.errors, INVALID_POD)
         rows: Rows | None = None
         clock = time.perf_counter_ns
-        for p in self.pre_filter:
+        add = self.timings.add_slot
+        for p, slot in self._pre_filter:
             t0 = clock()
             try:
                 res, st = p.pre_filter(state, pod)
             except Exception as exc:  # a plugin bug must not take the scheduler down
                 return None, _raised("PreFilter", p.name, exc)
-            self.timings.add("PreFilter", p.name, clock() - t0)
+            add(slot, clock() - t0)
             if st.is_skip():
                 state.skip_filter.add(p.name)
                 continue
@@ -347,13 +368,14 @@ class Framework:
         return None, last
 
     def run_pre_score(self, state: CycleState, pod: PodInfo, rows: Rows) -> Status:
-        for p in self.pre_score:
-            t0 = time.perf_counter_ns()
+        clock = time.perf_counter_ns
+        for p, slot in self._pre_score:
+            t0 = clock()
             try:
                 st = p.pre_score(state, pod, rows)
             except Exception as exc:
                 return _raised("PreScore", p.name, exc)
-            self.timings.add("PreScore", p.name, time.perf_counter_ns() - t0)
+            self.timings.add_slot(slot, clock() - t0)
             if st.is_skip():
                 state.skip_score.add(p.name)
             elif not st.is_success():
@@ -388,8 +410,12 @@ class Framework:
                     (f"{p.name} returned {len(norm)} scores for {len(rows)} nodes",),
                     p.name,
                 )
-            # Written so that NaN fails too: it passes `<`/`>` checks and then no row is best.
-            if len(norm) and not (norm.min() >= MIN_NODE_SCORE and norm.max() <= MAX_NODE_SCORE):
+            if norm.dtype != np.float64 or not norm.flags.c_contiguous:
+                norm = np.ascontiguousarray(norm, np.float64)  # the kernel's one signature
+            # total += weight * norm, and whether every score is in range (NaN is not: it
+            # passes `<`/`>` checks and then no row is best). On a failure the total is
+            # dropped with the attempt.
+            if not accumulate_scores(total, norm, weight, _MIN_SCORE, _MAX_SCORE):
                 return None, Status(
                     Code.ERROR,
                     (
@@ -398,7 +424,6 @@ class Framework:
                     ),
                     p.name,
                 )
-            total += weight * norm
             if keep:
                 result.by_plugin[p.name] = PluginScores(raw, norm, weight)
         return result, Status()
@@ -426,13 +451,14 @@ class Framework:
     # -- reserve / permit ------------------------------------------------------------------
 
     def run_reserve(self, state: CycleState, pod: PodInfo, node: str) -> Status:
-        for i, p in enumerate(self.reserve):
-            t0 = time.perf_counter_ns()
+        clock = time.perf_counter_ns
+        for i, (p, slot) in enumerate(self._reserve):
+            t0 = clock()
             try:
                 st = p.reserve(state, pod, node)
             except Exception as exc:  # a plugin bug costs the attempt, not the placement state
                 st = _raised("Reserve", p.name, exc)
-            self.timings.add("Reserve", p.name, time.perf_counter_ns() - t0)
+            self.timings.add_slot(slot, clock() - t0)
             if not st.is_success():
                 self._unreserve(self.reserve[: i + 1], state, pod, node)
                 return st.with_plugin(p.name)
@@ -455,13 +481,14 @@ class Framework:
 
     def run_permit(self, state: CycleState, pod: PodInfo, node: str) -> Status:
         timeouts: dict[str, float] = {}
-        for p in self.permit:
-            t0 = time.perf_counter_ns()
+        clock = time.perf_counter_ns
+        for p, slot in self._permit:
+            t0 = clock()
             try:
                 st, timeout = p.permit(state, pod, node)
             except Exception as exc:
                 return _raised("Permit", p.name, exc)
-            self.timings.add("Permit", p.name, time.perf_counter_ns() - t0)
+            self.timings.add_slot(slot, clock() - t0)
             if st.is_wait():
                 timeouts[p.name] = timeout
             elif not st.is_success():

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 import numpy as np
+from numpy.typing import NDArray
 
 from gpusched.framework.cycle_state import CycleState
 from gpusched.framework.interfaces import (
@@ -24,6 +25,7 @@ from gpusched.framework.interfaces import (
     Mask,
     PreFilterResult,
 )
+from gpusched.framework.snapshot import NodeColumns
 from gpusched.framework.status import Code, Status
 from gpusched.kernels import choose_cards_nb, choose_cards_np
 from gpusched.kernels.dispatch import pick
@@ -57,6 +59,8 @@ class GPUFit:
     def __init__(self, args: object, handle: Handle) -> None:
         self.handle = handle
         self.summaries = SummaryCache()
+        self._codes_key: tuple[int, int, int, int] | None = None
+        self._codes: NDArray[np.int8] = np.zeros(0, np.int8)
 
     def pre_filter(self, state: CycleState, pod: PodInfo) -> tuple[PreFilterResult | None, Status]:
         request = gpu_request(self.handle.snapshot, pod)
@@ -89,16 +93,20 @@ class GPUFit:
         # Cards published through DRA go only to claims (through the allocator), and a
         # claim's cards only come from there: one owner per card, and nothing on a DRA
         # node would honour a gpu-ids annotation.
-        dra_rows = snap.node_dra_cards[: len(candidates)]
-        wrong = candidates & (~dra_rows if pod.gpu_from_claims else dra_rows)
-        summary = restrict(
-            self.summaries.summary(snap, request, pod.request.gpu_models), candidates & ~wrong
-        )
+        n = len(candidates)
+        if snap.dra_nodes == 0 and not pod.gpu_from_claims:
+            wrong = None  # no node publishes its cards through DRA: the common case, no pass
+            allowed = candidates
+        else:
+            dra_rows = snap.node_dra_cards[:n]
+            wrong = candidates & (~dra_rows if pod.gpu_from_claims else dra_rows)
+            allowed = candidates & ~wrong
+        summary = restrict(self.summaries.summary(snap, request, pod.request.gpu_models), allowed)
         state.write(GPU_SUMMARY, summary)
-        rejected = candidates & ~summary.fit
-        if not rejected.any():
+        if summary.fitting == np.count_nonzero(candidates):
             return FilterResult(summary.fit)
-        # Reason per rejected row, in the order an operator would fix things.
+        # Reason per rejected row, in the order an operator would fix things. The Diagnosis
+        # reads a code only for rejected rows, so a fitting row's code is left as it falls.
         models = pod.request.gpu_models
         reasons = (
             INSUFFICIENT_WHOLE if request.cards else INSUFFICIENT_SHARE,
@@ -106,17 +114,25 @@ class GPUFit:
             NO_GPU,
             f"node(s) had no GPU of model {'|'.join(models)}" if models else NO_HEALTHY,
         )
-        codes = np.zeros(len(candidates), np.int8)
-        no_usable = rejected & (summary.usable == 0)
-        has_cards = snap.node_card_count[: len(candidates)] > 0
-        codes[no_usable & ~has_cards] = 2
-        codes[no_usable & has_cards] = 3
+        # 0: insufficient; no usable card: 2 on a node without cards, 3 on one with cards.
+        codes = np.where(summary.usable[:n] == 0, self._no_usable_code(snap, n), np.int8(0))
         if request.cards and request.nvlink == 2:
-            codes[rejected & (summary.intact >= request.cards)] = 1
-        codes[wrong] = 4
+            codes[(candidates & ~summary.fit) & (summary.intact[:n] >= request.cards)] = 1
+        if wrong is not None:
+            codes[wrong] = 4
         return FilterResult(
             summary.fit, (*reasons, NOT_DRA if pod.gpu_from_claims else DRA_ONLY), codes
         )
+
+    def _no_usable_code(self, snap: NodeColumns, n: int) -> NDArray[np.int8]:
+        """Per row, the reason code of a node with no usable card: 2 without cards, 3 with
+        some. Changes only with the card layout or the rows' nodes."""
+        key = (id(snap), snap.card_layout, snap.membership, n)
+        if self._codes_key != key:
+            has_cards = snap.node_card_count[:n] > 0
+            self._codes = np.where(has_cards, np.int8(3), np.int8(2))
+            self._codes_key = key
+        return self._codes
 
     def reserve(self, state: CycleState, pod: PodInfo, node: str) -> Status:
         request = self._request(state, pod)

@@ -10,12 +10,18 @@ from numpy.typing import NDArray
 from gpusched.framework.cycle_state import CycleState, StateKey
 from gpusched.framework.interfaces import Mask
 from gpusched.framework.snapshot import NodeColumns
-from gpusched.kernels import gpu_summary_nb, gpu_summary_np
+from gpusched.kernels import (
+    gpu_summary_nb,
+    gpu_summary_np,
+    gpu_summary_rows_nb,
+    gpu_summary_rows_np,
+)
 from gpusched.kernels.dispatch import pick
 from gpusched.model.pod import GpuKind, PodInfo
 from gpusched.plugins.helper.row_cache import RowCache
 
 gpu_summary = pick(gpu_summary_nb, gpu_summary_np)
+gpu_summary_rows = pick(gpu_summary_rows_nb, gpu_summary_rows_np)
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,34 +130,27 @@ class SummaryCache(RowCache[GpuSummary]):
 def _recompute_rows(
     snap: NodeColumns, request: GpuRequest, summary: GpuSummary, rows: NDArray[np.intp]
 ) -> None:
-    part = GpuSummary.empty(len(rows))
-    gpu_summary(
-        snap.card_free_milli[rows],
-        snap.card_free_mem[rows],
-        snap.card_total_mem[rows],
-        snap.card_model[rows],
-        snap.card_healthy[rows],
-        snap.card_island[rows],
-        snap.node_valid[rows],
-        np.ones(len(rows), np.bool_),
+    gpu_summary_rows(
+        snap.card_free_milli,
+        snap.card_free_mem,
+        snap.card_total_mem,
+        snap.card_model,
+        snap.card_healthy,
+        snap.card_island,
+        snap.node_valid,
+        rows,
         request.cards,
         request.milli,
         request.mem_mib,
         request.allowed,
         request.nvlink,
-        part.fit,
-        part.intact,
-        part.usable,
-        part.best_leftover,
-        part.best_is_partial,
-        part.free_milli_total,
+        summary.fit,
+        summary.intact,
+        summary.usable,
+        summary.best_leftover,
+        summary.best_is_partial,
+        summary.free_milli_total,
     )
-    summary.fit[rows] = part.fit
-    summary.intact[rows] = part.intact
-    summary.usable[rows] = part.usable
-    summary.best_leftover[rows] = part.best_leftover
-    summary.best_is_partial[rows] = part.best_is_partial
-    summary.free_milli_total[rows] = part.free_milli_total
 
 
 def restrict(summary: GpuSummary, candidates: Mask) -> GpuSummary:

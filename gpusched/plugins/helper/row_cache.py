@@ -42,7 +42,7 @@ class RowCache(Generic[T]):
         entry = self._entries.pop(key, None)
         if entry is not None:
             value, seen = entry
-            changed = np.flatnonzero(snap.row_version > seen).astype(np.intp)
+            changed = snap.changed_rows(seen)
             if len(changed) * 8 < snap.capacity:
                 if len(changed):
                     recompute(value, changed)

@@ -111,6 +111,8 @@ class _Entry:
 
 
 _STATE: StateKey[_Entry] = StateKey("NodeAffinity/selector")
+# The entry of a pod with neither a nodeSelector nor an affinity.
+_NOTHING = _Entry(None, None)
 
 
 class NodeAffinity:
@@ -127,6 +129,8 @@ class NodeAffinity:
         self._added_required = RequiredEval(req) if req is not None else None
         self._added_preferred = _PreferredEval(pref) if pref is not None else None
         self._added_keys = _label_keys(req, pref)
+        # No addedAffinity: a pod without selector or affinity has nothing to check here.
+        self._plain = req is None and pref is None
         self._index: LabelIndex | None = None
         self._entries: dict[Any, _Entry] = {}
 
@@ -180,6 +184,11 @@ class NodeAffinity:
     # -- PreFilter / Filter ----------------------------------------------------------------
 
     def pre_filter(self, state: CycleState, pod: PodInfo) -> tuple[PreFilterResult | None, Status]:
+        if self._plain and not pod.node_selector and not pod.affinity:
+            # Most pods select nothing: no selector to parse, no label index to sync (the
+            # sync was most of this plugin's per-pod cost at 10,000 nodes).
+            state.write(_STATE, _NOTHING)
+            return None, Status(Code.SKIP, (), self.name)
         snap = self.handle.snapshot
         entry = self._entry(pod)
         self._sync(entry.keys)

@@ -26,6 +26,8 @@ from gpusched.framework.interfaces import (
 )
 from gpusched.framework.snapshot import NodeColumns
 from gpusched.framework.status import Status
+from gpusched.kernels import resource_fit_nb, resource_fit_np
+from gpusched.kernels.dispatch import pick
 from gpusched.model.keys import GPU_RESOURCE
 from gpusched.model.pod import PodInfo
 from gpusched.plugins.helper.resources import allocatable_requested
@@ -52,6 +54,10 @@ DEFAULT_MILLI_CPU_REQUEST = 100
 DEFAULT_MEMORY_REQUEST = 200 * 1024 * 1024
 
 _MAX = int(MAX_NODE_SCORE)
+
+resource_fit = pick(resource_fit_nb, resource_fit_np)
+# The kernel takes int64 requests; a larger one (a malformed pod) goes the NumPy way.
+_INT64_LIMIT = 2**63
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,40 +144,79 @@ class NodeResourcesFit:
         req = self._requests(state, pod)
         snap = self.handle.snapshot
         n = len(candidates)
-        pods = snap.node_pods_free[:n] < 1
+        if not req.other and max(req.cpu_milli, req.memory_bytes) < _INT64_LIMIT:
+            return self._fit_kernel(req, snap, candidates)
+        # One row of `hits` per check, written in place (no per-check array, no stack): at
+        # 70 % full most pods meet some node without room, so the reasons are always built.
         # kube-scheduler skips a resource the pod does not request (so a zero-request pod
         # still fits a node that is over-committed on it).
-        cpu = snap.node_cpu_free[:n] < req.cpu_milli if req.cpu_milli > 0 else None
-        mem = snap.node_mem_free[:n] < req.memory_bytes if req.memory_bytes > 0 else None
-        bad = pods.copy()
-        for short in (cpu, mem):
-            if short is not None:
-                bad |= short
-        other = [self._short_of(snap, n, name, amount) for name, amount in req.other]
-        for _reason, short, _never in other:
-            bad |= short
+        checks: list[tuple[str, Mask | None]] = [(REASON_PODS, None)]
+        if req.cpu_milli > 0:
+            checks.append((REASON_CPU, snap.node_cpu_alloc[:n] < req.cpu_milli))
+        if req.memory_bytes > 0:
+            checks.append((REASON_MEMORY, snap.node_mem_alloc[:n] < req.memory_bytes))
+        hits = np.empty((len(checks) + len(req.other), n), np.bool_)
+        np.less(snap.node_pods_free[:n], 1, out=hits[0])
+        i = 1
+        if req.cpu_milli > 0:
+            np.less(snap.node_cpu_free[:n], req.cpu_milli, out=hits[i])
+            i += 1
+        if req.memory_bytes > 0:
+            np.less(snap.node_mem_free[:n], req.memory_bytes, out=hits[i])
+            i += 1
+        for name, amount in req.other:
+            reason, short, never = self._short_of(snap, n, name, amount)
+            hits[i] = short
+            checks.append((reason, never))
+            i += 1
+        bad = np.logical_or.reduce(hits, axis=0) if len(hits) > 1 else hits[0].copy()
         bad &= candidates
-        if not bad.any():
+        if not np.count_nonzero(bad):
             return FilterResult(candidates)
-        # The rare path: every reason that holds for a row counts (kube-scheduler's status
-        # carries them all), and a request beyond the row's allocatable is unresolvable there
+        # Every reason that holds for a row counts (kube-scheduler's status carries them
+        # all), and a request beyond the row's allocatable is unresolvable there
         # (InsufficientResource.Unresolvable): no preemption frees what the node never had.
-        checks: list[tuple[str, Mask, Mask | None]] = [(REASON_PODS, pods, None)]
-        if cpu is not None:
-            checks.append((REASON_CPU, cpu, snap.node_cpu_alloc[:n] < req.cpu_milli))
-        if mem is not None:
-            checks.append((REASON_MEMORY, mem, snap.node_mem_alloc[:n] < req.memory_bytes))
-        checks.extend(other)
         unresolvable = np.zeros(n, np.bool_)
-        for _reason, _short, never in checks:
-            if never is not None:
-                unresolvable |= never
+        for _reason, beyond in checks:
+            if beyond is not None:
+                unresolvable |= beyond
+        unresolvable &= bad
         return FilterResult(
             candidates & ~bad,
-            tuple(reason for reason, _short, _never in checks),
-            unresolvable=unresolvable & bad,
-            hits=np.stack([short for _reason, short, _never in checks]),
+            tuple(reason for reason, _never in checks),
+            unresolvable=unresolvable,
+            hits=hits,
         )
+
+    @staticmethod
+    def _fit_kernel(req: PodRequests, snap: NodeColumns, candidates: Mask) -> FilterResult:
+        """Pod slots, cpu and memory in one pass (kernels/resource_fit.py): the same result
+        as the NumPy path below, which pods with other resources take."""
+        n = len(candidates)
+        checks = [REASON_PODS]
+        if req.cpu_milli > 0:
+            checks.append(REASON_CPU)
+        if req.memory_bytes > 0:
+            checks.append(REASON_MEMORY)
+        hits = np.empty((len(checks), n), np.bool_)
+        feasible = np.empty(n, np.bool_)
+        unresolvable = np.empty(n, np.bool_)
+        rejected = resource_fit(
+            candidates,
+            snap.node_pods_free,
+            snap.node_cpu_free,
+            snap.node_mem_free,
+            snap.node_cpu_alloc,
+            snap.node_mem_alloc,
+            req.cpu_milli,
+            req.memory_bytes,
+            hits,
+            feasible,
+            unresolvable,
+        )
+        if not rejected:
+            return FilterResult(candidates)
+        return FilterResult(feasible, tuple(checks), unresolvable=unresolvable, hits=hits)
 
     @staticmethod
     def _short_of(snap: NodeColumns, n: int, name: str, amount: int) -> tuple[str, Mask, Mask]:

@@ -23,7 +23,10 @@ class NodeUnschedulable:
         self.handle = handle
 
     def filter(self, state: CycleState, pod: PodInfo, candidates: Mask) -> FilterResult:
-        cordoned = self.handle.snapshot.node_unschedulable[: len(candidates)]
+        snap = self.handle.snapshot
+        if not snap.cordoned:
+            return FilterResult(candidates)  # no node is cordoned: nothing to read per row
+        cordoned = snap.node_unschedulable[: len(candidates)]
         # Same rule as kube-scheduler: tolerating the node.kubernetes.io/unschedulable
         # NoSchedule taint means tolerating spec.unschedulable too. Checked only when some
         # candidate is cordoned, so the common case costs one vector op.

@@ -131,6 +131,8 @@ class TaintToleration:
 
     def filter(self, state: CycleState, pod: PodInfo, candidates: Mask) -> FilterResult:
         snap = self.handle.snapshot
+        if not snap.taintsets.live:
+            return FilterResult(candidates)  # no node has a taint: nothing to read per row
         n = len(candidates)
         taintset = snap.node_taintset[:n]
         tainted = candidates & (taintset >= 0)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import numpy as np
 import pytest
 
 from gpusched.core.cache import snapshot as snapshot_module
@@ -182,3 +183,41 @@ def test_clique_column_interns_values_and_follows_the_node() -> None:
     assert snap.node_clique[rb] >= 0 and snap.node_clique[rb] != snap.node_clique[ra]
     snap.remove_node("a")
     assert snap.node_clique[ra] == -1
+
+
+# -- counts the filters read instead of a column ---------------------------------------------
+
+
+def test_cordoned_and_dra_counts_follow_updates_and_removals() -> None:
+    snap = snapshot(node("a", cards=2), node("b", cards=2))
+    assert snap.cordoned == 0 and snap.dra_nodes == 0
+    cordoned = dataclasses.replace(node("a", cards=2), unschedulable=True)
+    snap.upsert_node(cordoned)
+    snap.upsert_node(cordoned)  # an update that changes nothing counts nothing
+    assert snap.cordoned == 1
+    snap.upsert_node(dataclasses.replace(node("b", cards=2), gpu_source="dra"))
+    assert snap.dra_nodes == 1
+    snap.upsert_node(node("a", cards=2))  # uncordoned
+    assert snap.cordoned == 0
+    snap.upsert_node(cordoned)
+    snap.remove_node("a")
+    snap.remove_node("b")
+    assert snap.cordoned == 0 and snap.dra_nodes == 0
+    # A new node on a freed row starts from a clean flag.
+    snap.upsert_node(node("c", cards=2))
+    assert snap.cordoned == 0 and not snap.node_unschedulable[snap.row_of("c")]
+
+
+def test_changed_rows_agree_with_row_versions_around_the_touch_ring() -> None:
+    snap = snapshot(*[node(f"n{i}", cards=1) for i in range(40)])
+    rng = np.random.default_rng(7)
+    marks = [0, snap.version]
+    for step in range(20_000):  # around the touch ring many times
+        snap.touch(int(rng.integers(40)))
+        if step % 997 == 0:
+            marks.append(snap.version)
+        since = marks[int(rng.integers(len(marks)))] if step % 50 == 0 else snap.version - 3
+        if step % 50 == 0 or step % 7 == 0:
+            want = np.flatnonzero(snap.row_version > since)
+            np.testing.assert_array_equal(snap.changed_rows(since), want)
+    assert len(snap.changed_rows(snap.version)) == 0

@@ -410,3 +410,34 @@ def test_telemetry_updated_reaches_every_telemetry_plugin_and_survives_a_raise(
         log.removeHandler(caplog.handler)
     assert _Heat.seen == ["Heat"]
     assert "telemetry update of BrokenHeat raised" in caplog.text
+
+
+class IntScore:
+    """Integer scores in a strided view: the runtime sums them as float64 all the same."""
+
+    name: ClassVar[str] = "IntScore"
+
+    def __init__(self, args: object, handle: object) -> None:
+        pass
+
+    def score(self, state: CycleState, pod: PodInfo, rows: Rows) -> Scores:
+        out = np.zeros(2 * len(rows), np.int64)
+        out[::2] = 10 * rows
+        return out[::2]  # type: ignore[return-value]
+
+
+def test_integer_and_strided_scores_sum_and_the_timings_read_per_plugin() -> None:
+    reg = registry()
+    reg.register(IntScore)
+    p = profile(score=(PluginRef("IntScore", 0.5), PluginRef("RowScore", 1.0)))
+    fw = Framework(p, reg, handle())
+    keys = fw.timings.keys()
+    before = fw.timings.totals()
+    rows = np.arange(4, dtype=np.intp)
+    res, st = fw.run_score(CycleState(), make_pod(), rows)
+    assert st.is_success() and res is not None
+    np.testing.assert_allclose(res.total, 0.5 * 10.0 * rows + rows * 50.0 / 1.5)
+    after = fw.timings.totals()
+    spent = {k: after[i] - before[i] for i, k in enumerate(keys)}
+    assert spent[("Score", "IntScore")] > 0 and spent[("Score", "RowScore")] > 0
+    assert fw.timings.calls[("Score", "IntScore")] == 1
