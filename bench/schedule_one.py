@@ -3,12 +3,15 @@
     .venv/bin/python bench/schedule_one.py [--nodes 1000,5000,10000] [--pods 600]
 
 For each fleet size: N nodes of 8 cards in the openb trace's mix of 8-card nodes (the rows
-of openb_node_list_gpu_node.csv with 8 GPUs, cycled: G2, G3, V100M32, V100M16 with their
-cpu and memory; racks of 32 nodes, spines of 512), read through --trace-dir. The cluster
-is filled to --fill of its GPUs by scheduling the openb default trace's pods through the
-same loop with the peer profile (below; it packs, as a long-running cluster's history
-would, and is fast enough to place the ~100,000 pods a 10k-node fill takes). Then pods
-of the same trace's shapes (no affinity or spread terms) arrive one at a time, alternating
+of openb_node_list_gpu_node.csv with 8 GPUs: G2, G3, V100M32, V100M16 with their cpu and
+memory, in file order, repeated every 1,000 nodes; racks of 32 nodes, spines of 512), read
+through --trace-dir. The fill is planned once on 1,000 nodes by scheduling the openb default
+trace's pods through the same loop with the peer profile (below; it packs, as a long-running
+cluster's history would) until --fill of the GPUs are allocated, then those bound pods are
+delivered to every block of 1,000 nodes through the pod watch's event path (the cache
+charges their cards), as the daemon starts up on a running cluster: placing the ~100,000
+pods of a 10k-node fill one by one would take longer than the measurement. Then pods of
+the same trace's shapes (no affinity or spread terms) arrive one at a time, alternating
 between two profiles on the same cache:
 
 * `ai-scheduler`, the default profile, every plugin on;
