@@ -505,7 +505,9 @@ class ClusterCache:
             alloc.mem_mib,
             other=req.other,
         )
-        if alloc.cards and (snap.card_free_milli[alloc.row, list(alloc.cards)] < 0).any():
+        free = snap.card_free_milli[alloc.row]
+        # A few cards: scalar reads, not a fancy-indexed copy and two more array calls.
+        if any(free[c] < 0 for c in alloc.cards):
             # The API is the truth: keep the pod, but say the node is over-committed.
             self.stats.over_allocated += 1
             self.stats.warnings.append(

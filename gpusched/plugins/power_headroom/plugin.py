@@ -52,10 +52,13 @@ class PowerHeadroom:
     def score(self, state: CycleState, pod: PodInfo, rows: Rows) -> Scores:
         snap = self.handle.snapshot
         out = np.full(len(rows), UNKNOWN_SCORE)
-        # Rows with no fresh reading at all are unknown: skip the per-card work for them
-        # (a cluster without telemetry pays one O(rows) check per pod).
-        fresh = np.flatnonzero(~np.isnan(snap.node_sampled_at[rows]))
         self._note(state)
+        if snap.telemetry_version == 0:
+            # No ingestion pass ever wrote a reading (node_sampled_at is all NaN): a
+            # cluster without telemetry, or the simulator without heat, reads no column.
+            return out
+        # Rows with no fresh reading at all are unknown: skip the per-card work for them.
+        fresh = np.flatnonzero(~np.isnan(snap.node_sampled_at[rows]))
         if len(fresh) == 0:
             return out
         frac, _ = self.headroom(rows[fresh])
