@@ -15,7 +15,6 @@ connection, as client-go's dialer (KeepAlive 30 s) notices it.
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import ssl
@@ -25,6 +24,7 @@ from types import TracebackType
 from typing import Any, Literal, Self
 
 import aiohttp
+import orjson
 from aiohappyeyeballs import AddrInfoType, SocketFactoryType
 from kubernetes_asyncio import client as k8s_client
 from kubernetes_asyncio import config as k8s_config
@@ -55,7 +55,7 @@ class ApiError(Exception):
         self.reason = ""
         self.message = body.strip()[:500]
         try:
-            decoded = json.loads(body)
+            decoded = orjson.loads(body)
         except ValueError:
             decoded = None
         if isinstance(decoded, dict) and decoded.get("kind") == "Status":
@@ -102,6 +102,19 @@ def keepalive_socket_factory(idle_seconds: float = KEEPALIVE_SECONDS) -> SocketF
     return factory
 
 
+# The variables aiohttp's trust_env reads proxies from (either case).
+_PROXY_VARIABLES = ("https_proxy", "http_proxy", "all_proxy", "ws_proxy", "wss_proxy")
+
+
+def proxy_in_env() -> bool:
+    """Whether a proxy is configured in the environment: only then does the session trust
+    it. kubernetes_asyncio's session always did, and trust_env also makes aiohttp look up
+    ~/.netrc for every request that has no aiohttp auth (ours carry their own Authorization
+    header) in a worker thread: a thread hop and a file read per Binding and Event, 12 % of
+    the daemon's CPU under a backlog (bench/throughput.py --profile)."""
+    return any(os.environ.get(v) or os.environ.get(v.upper()) for v in _PROXY_VARIABLES)
+
+
 def _ssl_context(configuration: Any) -> ssl.SSLContext:
     """The TLS context kubernetes_asyncio's RESTClientObject builds from a Configuration."""
     context = ssl.create_default_context(cafile=configuration.ssl_ca_cert)
@@ -132,7 +145,7 @@ def _use_keepalive(api_client: Any, idle_seconds: float) -> None:
     # read_bufsize as kubernetes_asyncio: a watch event can carry a 1.5 MiB object.
     rest.pool_manager = aiohttp.ClientSession(
         connector=connector,
-        trust_env=True,
+        trust_env=proxy_in_env(),
         read_bufsize=2**21,
         trace_configs=faults.trace_configs() or None,
     )
@@ -236,12 +249,12 @@ class Kube:
             method, path, body=body, query=query, content_type=content_type, timeout=timeout
         )
         async with response:
-            text = await response.text()
+            raw = await response.read()
             if not 200 <= response.status < 300:
-                raise ApiError(method, path, response.status, text)
-        if not text:
+                raise ApiError(method, path, response.status, raw.decode(errors="replace"))
+        if not raw:
             return {}
-        decoded = json.loads(text)
+        decoded = orjson.loads(raw)
         return decoded if isinstance(decoded, dict) else {"items": decoded}
 
     async def get(self, path: str, *, query: Query = ()) -> JSON:
@@ -290,5 +303,5 @@ class Kube:
                 while (end := buffer.find(b"\n")) >= 0:
                     line, buffer = buffer[:end], buffer[end + 1 :]
                     if line.strip():
-                        event = json.loads(line)
+                        event = orjson.loads(line)
                         yield WatchEvent(type=event["type"], object=event["object"])
