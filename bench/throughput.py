@@ -1,7 +1,7 @@
 """End-to-end scheduling throughput: kube-scheduler v1.36.3 against `gpusched run` on the
 local control plane (`make bench-cluster`; docs/performance-cluster.md).
 
-    .venv/bin/python bench/throughput.py [--nodes 1000] [--pods 3000] [--paced-pods 3000]
+    .venv/bin/python bench/throughput.py [--nodes 1000] [--pods 2000] [--paced-pods 2000]
         [--rate 200] [--scenarios backlog-single,backlog-mixed,paced] [--schedulers kube,gpusched]
         [--quick] [--profile] [--base-tree DIR] [--out DIR]
 
@@ -376,6 +376,12 @@ class Scheduler:
     def alive(self) -> bool:
         return self._daemon is None or self._daemon.returncode is None
 
+    async def exited(self, observer: Observer) -> None:
+        """Wake the observer's waiters when the daemon exits (no pod event would)."""
+        if self._daemon is not None:
+            await self._daemon.wait()
+            observer.changed.set()
+
     async def stop(self) -> None:
         daemon = self._daemon
         if daemon is not None and daemon.returncode is None:
@@ -457,6 +463,7 @@ async def run_one(cluster: LocalCluster, scenario: str, which: str, s: Settings)
                 warm_task.cancel()
                 sampler = asyncio.create_task(_sampler(observer, pids, samples, count))
                 create_rate = await _create_paced(kube, objs, s.rate, created)
+            exit_watch = asyncio.create_task(sched.exited(observer))
             await observer.wait(
                 lambda: len(observer.bound) >= count or not sched.alive() or sampler.done(),
                 s.timeout,
@@ -470,6 +477,7 @@ async def run_one(cluster: LocalCluster, scenario: str, which: str, s: Settings)
                 sampler.cancel()
             else:
                 await sampler
+            exit_watch.cancel()
         finally:
             watcher.cancel()
             await sched.stop()
@@ -618,8 +626,8 @@ def _short(frame: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--nodes", type=int, default=1000, help="KWOK nodes of 8 GPUs")
-    parser.add_argument("--pods", type=int, default=3000, help="pods in each backlog")
-    parser.add_argument("--paced-pods", type=int, default=3000, help="pods created paced")
+    parser.add_argument("--pods", type=int, default=2000, help="pods in each backlog")
+    parser.add_argument("--paced-pods", type=int, default=2000, help="pods created paced")
     parser.add_argument("--rate", type=float, default=200.0, help="paced creation, pods/s")
     parser.add_argument("--scenarios", default=",".join(SCENARIOS))
     parser.add_argument("--schedulers", default="kube,gpusched")
