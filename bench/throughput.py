@@ -69,6 +69,7 @@ from gpusched.devcluster import LocalCluster
 from gpusched.devcluster.bootstrap import install_crds, wait_nodes_ready
 from gpusched.devcluster.cluster import APISERVER, ClusterOptions
 from gpusched.devcluster.configs import BASELINE_SCHEDULER
+from gpusched.devcluster.differential import PAUSE_IMAGE
 from gpusched.devcluster.nodes import NodeSpec, node_objects
 from gpusched.devcluster.testkit import daemon_argv
 from gpusched.kube import JSON, Kube, create_namespace, create_nodes, pod_path
@@ -77,7 +78,7 @@ from gpusched.model import keys
 ROOT = Path(__file__).resolve().parents[1]
 NAMESPACE = "bench"
 WARM_NAMESPACE = "bench-warm"
-PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
+
 SCENARIOS = ("backlog-single", "backlog-mixed", "paced")
 SCHEDULERS = ("kube", "gpusched", "base")
 LABEL = {"kube": "kube-scheduler", "gpusched": "gpusched", "base": "gpusched@base"}
