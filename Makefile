@@ -8,7 +8,7 @@ GPUSCHED_CACHE ?= $(HOME)/.cache/gpusched
 export GPUSCHED_CACHE
 STAMP := $(VENV)/.installed
 
-.PHONY: all venv bins prometheus demo demo-cluster test test-unit test-integration soak-faults lint bench bench-churn packing-bound cluster-up cluster-down clean
+.PHONY: all venv bins prometheus demo demo-cluster test test-unit test-integration soak-faults lint bench bench-churn bench-cluster packing-bound cluster-up cluster-down clean
 
 all: test
 
@@ -96,6 +96,16 @@ bench: venv
 	$(PY) bench/schedule_one.py --trace-dir $(TRACE_DIR)
 	$(PY) bench/bind_path.py
 	$(PY) bench/watch_decode.py
+
+# End-to-end throughput and create->bind latency, kube-scheduler v1.36.3 against
+# `gpusched run`, each on its own fresh local cluster of BENCH_NODES KWOK nodes x 8 GPUs:
+# backlogs of single-GPU and mixed pods, and pods created at 200/s (bench/throughput.py,
+# docs/performance-cluster.md). BENCH_ARGS passes more flags (--quick, --profile,
+# --base-tree DIR, --scenarios ...).
+BENCH_NODES ?= 1000
+BENCH_ARGS ?=
+bench-cluster: venv bins
+	$(PY) bench/throughput.py --nodes $(BENCH_NODES) $(BENCH_ARGS)
 
 # RSS and per-pod cost with 20,000 unschedulable pods pending and 10,000 node label updates
 # through the scheduler's own loop (bench/churn.py; about 2 minutes).

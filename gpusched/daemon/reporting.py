@@ -51,6 +51,9 @@ class Reporter(Observer):
         # card's temperature), for the decision record; None without telemetry.
         self.telemetry = telemetry
         self._timings: dict[str, tuple[dict[tuple[str, str], int], dict[tuple[str, str], int]]] = {}
+        # The plugin histogram's children by (plugin, point): labels() takes a lock and
+        # builds its key at every call, for every plugin of every attempt.
+        self._plugin_children: dict[tuple[str, str], Any] = {}
 
     def finished(
         self,
@@ -128,12 +131,19 @@ class Reporter(Observer):
         """Per-plugin durations since the last report into the plugin histogram."""
         timings = self.frameworks[profile].timings
         prev_ns, prev_calls = self._timings.get(profile, ({}, {}))
-        for key, ns in timings.ns.items():
-            calls = timings.calls[key] - prev_calls.get(key, 0)
+        # Each property builds a dict: read once per report, not once per key (that was
+        # quadratic in the plugin count, 3 % of the daemon's CPU under a backlog).
+        all_ns, all_calls = timings.ns, timings.calls
+        for key, ns in all_ns.items():
+            calls = all_calls[key] - prev_calls.get(key, 0)
             if calls > 0:
                 per_call = (ns - prev_ns.get(key, 0)) / calls / 1e9
-                self.metrics.plugin_duration.labels(key[1], key[0], "Success").observe(per_call)
-        self._timings[profile] = (dict(timings.ns), dict(timings.calls))
+                child = self._plugin_children.get(key)
+                if child is None:
+                    child = self.metrics.plugin_duration.labels(key[1], key[0], "Success")
+                    self._plugin_children[key] = child
+                child.observe(per_call)
+        self._timings[profile] = (all_ns, all_calls)
 
 
 def _reason(outcome: Outcome) -> str:

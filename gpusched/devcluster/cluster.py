@@ -497,12 +497,18 @@ class LocalCluster:
         )
         self._timed("kwok", t0)
 
-    def _start_kube_scheduler(self) -> None:
+    def start_kube_scheduler(self, *, qps: int = 500, burst: int = 1000) -> Process:
+        """kube-scheduler on a cluster started without it (ClusterOptions.kube_scheduler
+        False), with its client's qps/burst: a benchmark starts it once its backlog exists
+        (bench/throughput.py). Returns once /healthz answers."""
+        return self._start_kube_scheduler(qps=qps, burst=burst)
+
+    def _start_kube_scheduler(self, *, qps: int = 500, burst: int = 1000) -> Process:
         assert self.binaries is not None
         t0 = time.monotonic()
         kubeconfig = self.kubeconfig_for(pki.KUBE_SCHEDULER.user)
         config = self.workdir / "kube-scheduler.yaml"
-        config.write_text(configs.kube_scheduler_config(kubeconfig))
+        config.write_text(configs.kube_scheduler_config(kubeconfig, qps=qps, burst=burst))
         process = self._spawn(
             "kube-scheduler",
             [
@@ -520,6 +526,7 @@ class LocalCluster:
             timeout=self.options.start_timeout,
         )
         self._timed("kube-scheduler", t0)
+        return process
 
     # -- stop -----------------------------------------------------------------------------
 

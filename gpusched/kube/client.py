@@ -4,8 +4,8 @@ kubernetes_asyncio handles kubeconfig, in-cluster config, TLS and token refresh;
 models we skip: they cost a deserialisation per object on the hot path, and some of them fail
 on valid answers (POST pods/{name}/binding answers with a Status, which the generated
 create_namespaced_pod_binding turns into V1Binding and rejects with "target must not be
-None", kubernetes-client/python#547). So every call here goes through
-``ApiClient.call_api(..., _preload_content=False)`` and returns decoded JSON dicts.
+None", kubernetes-client/python#547). So every call here sends raw JSON on its aiohttp
+session, with its headers and auth (`Kube._send`), and returns decoded JSON dicts.
 
 Every connection to the API server has TCP keepalive on (kubernetes_asyncio's connector has
 none, and Linux's default first probe is after 2 hours): a peer that vanished without a FIN
@@ -15,7 +15,6 @@ connection, as client-go's dialer (KeepAlive 30 s) notices it.
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import ssl
@@ -23,8 +22,10 @@ from collections.abc import AsyncGenerator, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Literal, Self
+from urllib.parse import urlencode
 
 import aiohttp
+import orjson
 from aiohappyeyeballs import AddrInfoType, SocketFactoryType
 from kubernetes_asyncio import client as k8s_client
 from kubernetes_asyncio import config as k8s_config
@@ -55,7 +56,7 @@ class ApiError(Exception):
         self.reason = ""
         self.message = body.strip()[:500]
         try:
-            decoded = json.loads(body)
+            decoded = orjson.loads(body)
         except ValueError:
             decoded = None
         if isinstance(decoded, dict) and decoded.get("kind") == "Status":
@@ -102,6 +103,19 @@ def keepalive_socket_factory(idle_seconds: float = KEEPALIVE_SECONDS) -> SocketF
     return factory
 
 
+# The variables aiohttp's trust_env reads proxies from (either case).
+_PROXY_VARIABLES = ("https_proxy", "http_proxy", "all_proxy", "ws_proxy", "wss_proxy")
+
+
+def proxy_in_env() -> bool:
+    """Whether a proxy is configured in the environment: only then does the session trust
+    it. kubernetes_asyncio's session always did, and trust_env also makes aiohttp look up
+    ~/.netrc for every request that has no aiohttp auth (ours carry their own Authorization
+    header) in a worker thread: a thread hop and a file read per Binding and Event, 12 % of
+    the daemon's CPU under a backlog (bench/throughput.py --profile)."""
+    return any(os.environ.get(v) or os.environ.get(v.upper()) for v in _PROXY_VARIABLES)
+
+
 def _ssl_context(configuration: Any) -> ssl.SSLContext:
     """The TLS context kubernetes_asyncio's RESTClientObject builds from a Configuration."""
     context = ssl.create_default_context(cafile=configuration.ssl_ca_cert)
@@ -132,7 +146,7 @@ def _use_keepalive(api_client: Any, idle_seconds: float) -> None:
     # read_bufsize as kubernetes_asyncio: a watch event can carry a 1.5 MiB object.
     rest.pool_manager = aiohttp.ClientSession(
         connector=connector,
-        trust_env=True,
+        trust_env=proxy_in_env(),
         read_bufsize=2**21,
         trace_configs=faults.trace_configs() or None,
     )
@@ -209,15 +223,37 @@ class Kube:
         content_type: str = "application/json",
         timeout: aiohttp.ClientTimeout | float | None = None,  # noqa: ASYNC109
     ) -> aiohttp.ClientResponse:
-        response: aiohttp.ClientResponse = await self.api_client.call_api(
-            path,
-            method,
-            query_params=list(query),
-            header_params={"Content-Type": content_type, "Accept": "application/json"},
-            body=body,
-            auth_settings=_AUTH,
-            _preload_content=False,
-            _request_timeout=timeout,
+        """One request on the session, as kubernetes_asyncio's call_api + RESTClientObject
+        would send it for a JSON body (its headers and auth, the rest client's proxy and
+        server name), without their per-request layers: every header, query pair and body
+        walked by sanitize_for_serialization, the body dumped by the stdlib json, a regex
+        per Content-Type. 7 % of the daemon's CPU under a backlog (bench/throughput.py
+        --profile), for the Binding and the Event of every pod."""
+        api = self.api_client
+        headers = {**api.default_headers, "Content-Type": content_type}
+        headers["Accept"] = "application/json"
+        if api.cookie:
+            headers["Cookie"] = api.cookie
+        # The configuration's auth (a refreshed token when it has a refresh hook).
+        await api.update_params_for_auth(headers, None, _AUTH)
+        url = api.configuration.host + path
+        if query:
+            url += "?" + urlencode(list(query))
+        if timeout is None or isinstance(timeout, aiohttp.ClientTimeout):
+            client_timeout = timeout or aiohttp.ClientTimeout()
+        else:
+            client_timeout = aiohttp.ClientTimeout(total=timeout)
+        rest = api.rest_client
+        extra: dict[str, Any] = {}
+        if rest.proxy:
+            extra["proxy"] = rest.proxy
+        if rest.proxy_headers:
+            extra["proxy_headers"] = rest.proxy_headers
+        if rest.server_hostname:
+            extra["server_hostname"] = rest.server_hostname
+        data = None if body is None else orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY)
+        response: aiohttp.ClientResponse = await rest.pool_manager.request(
+            method, url, headers=headers, data=data, timeout=client_timeout, **extra
         )
         return response
 
@@ -236,12 +272,12 @@ class Kube:
             method, path, body=body, query=query, content_type=content_type, timeout=timeout
         )
         async with response:
-            text = await response.text()
+            raw = await response.read()
             if not 200 <= response.status < 300:
-                raise ApiError(method, path, response.status, text)
-        if not text:
+                raise ApiError(method, path, response.status, raw.decode(errors="replace"))
+        if not raw:
             return {}
-        decoded = json.loads(text)
+        decoded = orjson.loads(raw)
         return decoded if isinstance(decoded, dict) else {"items": decoded}
 
     async def get(self, path: str, *, query: Query = ()) -> JSON:
@@ -290,5 +326,5 @@ class Kube:
                 while (end := buffer.find(b"\n")) >= 0:
                     line, buffer = buffer[:end], buffer[end + 1 :]
                     if line.strip():
-                        event = json.loads(line)
+                        event = orjson.loads(line)
                         yield WatchEvent(type=event["type"], object=event["object"])

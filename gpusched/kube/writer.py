@@ -39,6 +39,14 @@ from gpusched.model.pod import PodInfo
 log = logging.getLogger(__name__)
 COMPONENT = "gpusched"
 _EVENT_CACHE = 4096  # deduplication memory, as client-go's event correlator's LRU
+# Requests in flight at once: Bindings (and preemption's writes), and reports (Events,
+# conditions). Each HTTP/1.1 request holds one of the connection pool's 100 connections
+# (kubernetes_asyncio's pool size) for its whole round trip; unbounded, a backlog of
+# hundreds of Bindings took every one, and the Lease renewal waited behind them past its
+# renewDeadline (the daemon stopped, bench/throughput.py). Bounded, the watches (about a
+# dozen) and the Lease always find a connection, and a Binding waits here, not in the pool.
+MAX_WRITES_IN_FLIGHT = 48
+MAX_REPORTS_IN_FLIGHT = 16
 
 
 class TokenBucket:
@@ -203,11 +211,14 @@ class ClusterWriter:
         self._events: OrderedDict[tuple[str, str, str], tuple[str, str, int]] = OrderedDict()
         self._conditions: dict[str, tuple[str, str]] = {}  # pod uid -> (reason, message)
         self.writes = 0
+        self._write_slots = asyncio.Semaphore(MAX_WRITES_IN_FLIGHT)
+        self._report_slots = asyncio.Semaphore(MAX_REPORTS_IN_FLIGHT)
 
     async def _report(self, method: str, path: str, body: object, content_type: str) -> JSON:
         """An Event or condition write: limited by the report bucket, not the binds'."""
-        await self.report_bucket.acquire()
-        return await self._send(method, path, body, content_type)
+        async with self._report_slots:
+            await self.report_bucket.acquire()
+            return await self._send(method, path, body, content_type)
 
     async def _send(self, method: str, path: str, body: object, content_type: str) -> JSON:
         self.writes += 1
@@ -220,12 +231,13 @@ class ClusterWriter:
     async def bind(
         self, pod: PodInfo, node: str, annotations: Mapping[str, str] | None = None
     ) -> Status:
-        await self.bucket.acquire()
-        self.writes += 1
         try:
-            await bind_pod(
-                self.kube, pod.namespace, pod.name, node, uid=pod.uid, annotations=annotations
-            )
+            async with self._write_slots:
+                await self.bucket.acquire()
+                self.writes += 1
+                await bind_pod(
+                    self.kube, pod.namespace, pod.name, node, uid=pod.uid, annotations=annotations
+                )
         except (ApiError, *_NET_ERRORS) as exc:
             return _failure("bind", pod, exc)
         faults.reached(faults.BIND_RETURNED)
@@ -241,8 +253,9 @@ class ClusterWriter:
         """A scheduling write other than the Binding (preemption's: kube/disruption.py),
         limited by the binds' bucket, not queued behind reports. Raises what the client
         raises (ApiError, a network error): the caller maps it (`write_failure`)."""
-        await self.bucket.acquire()
-        return await self._send(method, path, body, content_type)
+        async with self._write_slots:
+            await self.bucket.acquire()
+            return await self._send(method, path, body, content_type)
 
     # -- status and events ------------------------------------------------------------------
 

@@ -103,20 +103,23 @@ def top_nodes(decision: Decision, names: list[str], k: int = TOP_NODES) -> list[
     if chosen >= 0 and chosen not in best:
         best[-1] = chosen
     best = np.array(sorted(best.tolist(), key=lambda i: (-total[i], i != chosen)), np.intp)
+    # The k entries of every array taken at once as Python numbers: indexing numpy arrays
+    # one scalar at a time cost more than the rest of the record (bench/throughput.py).
+    rows = scores.rows[best].tolist()
+    totals = total[best].tolist()
+    plugins = [
+        (name, ps.raw[best].tolist(), ps.normalized[best].tolist(), ps.weight)
+        for name, ps in scores.by_plugin.items()
+    ]
     out: list[dict[str, Any]] = []
-    for i in best:
-        row = int(scores.rows[i])
+    for j, row in enumerate(rows):
         out.append(
             {
                 "node": names[row] if row < len(names) else str(row),
-                "total": _round(total[i]),
+                "total": _round(totals[j]),
                 "scores": {
-                    name: {
-                        "raw": _round(ps.raw[i]),
-                        "normalized": _round(ps.normalized[i]),
-                        "weight": ps.weight,
-                    }
-                    for name, ps in scores.by_plugin.items()
+                    name: {"raw": _round(raw[j]), "normalized": _round(norm[j]), "weight": weight}
+                    for name, raw, norm, weight in plugins
                 },
             }
         )

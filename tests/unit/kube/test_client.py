@@ -12,7 +12,7 @@ import pytest
 from aiohttp import web
 from kubernetes_asyncio import client as k8s_client
 
-from gpusched.kube.client import Kube, _ssl_context
+from gpusched.kube.client import Kube, _ssl_context, proxy_in_env
 
 GUARD = 10.0  # against a hang; every wait below is on an event or a socket
 
@@ -83,3 +83,27 @@ def test_the_tls_context_follows_the_configuration() -> None:
     insecure = _ssl_context(configuration)
     assert insecure.verify_mode == ssl.CERT_NONE
     assert not insecure.check_hostname
+
+
+@pytest.mark.parametrize(
+    ("env", "trusted"),
+    [
+        ({}, False),
+        ({"NO_PROXY": "127.0.0.1"}, False),
+        ({"HTTPS_PROXY": "http://127.0.0.1:3128"}, True),
+        ({"http_proxy": "http://127.0.0.1:3128"}, True),
+    ],
+)
+async def test_the_session_trusts_the_environment_only_for_a_proxy(
+    monkeypatch: pytest.MonkeyPatch, env: dict[str, str], trusted: bool
+) -> None:
+    # trust_env also looks ~/.netrc up in a worker thread at every request: only a
+    # configured proxy is worth that.
+    for name in ("https_proxy", "http_proxy", "all_proxy", "ws_proxy", "wss_proxy", "no_proxy"):
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.upper(), raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert proxy_in_env() is trusted
+    async with _kube("http://127.0.0.1:1") as kube:
+        assert kube.api_client.rest_client.pool_manager.trust_env is trusted

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import ssl
+from typing import Any
 
 import aiohttp
 import pytest
@@ -14,7 +15,15 @@ from gpusched.framework.status import ends_attempt as final
 from gpusched.framework.status import outcome_unknown
 from gpusched.kube import faults
 from gpusched.kube.client import ApiError
-from gpusched.kube.writer import ClusterWriter, ObjectRef, TokenBucket, WriteError, _failure
+from gpusched.kube.writer import (
+    MAX_REPORTS_IN_FLIGHT,
+    MAX_WRITES_IN_FLIGHT,
+    ClusterWriter,
+    ObjectRef,
+    TokenBucket,
+    WriteError,
+    _failure,
+)
 from gpusched.model.pod import PodInfo, PodRequest
 from tests.fakes import FakeKube
 
@@ -155,3 +164,61 @@ async def test_a_flood_of_events_and_conditions_does_not_delay_a_bind() -> None:
         for r in reports:
             r.cancel()
         await asyncio.gather(*reports, return_exceptions=True)
+
+
+class _Gated(FakeKube):
+    """Every request (post goes through request) waits for `gate`; `started` counts the
+    requests sent so far."""
+
+    def __init__(self) -> None:
+        super().__init__(list)
+        self.gate = asyncio.Event()
+        self.started = 0
+        self.all_started = asyncio.Event()
+        self.expect = 0
+
+    async def _wait(self) -> None:
+        self.started += 1
+        if self.started >= self.expect:
+            self.all_started.set()
+        await self.gate.wait()
+
+    async def request(self, method: str, path: str, **kw: Any) -> dict[str, Any]:
+        await self._wait()
+        return await super().request(method, path, **kw)
+
+
+async def test_writes_in_flight_are_bounded_so_the_pool_keeps_room_for_the_lease() -> None:
+    """A backlog binds hundreds of pods at once: at most MAX_WRITES_IN_FLIGHT Bindings and
+    MAX_REPORTS_IN_FLIGHT reports hold a connection each; the others wait in the writer
+    (not in the connection pool, where the Lease renewal would wait behind them), and
+    every one is sent once the first are answered."""
+    kube = _Gated()
+    kube.expect = MAX_WRITES_IN_FLIGHT + MAX_REPORTS_IN_FLIGHT
+    writer = ClusterWriter(kube, qps=1e6, burst=10**6)  # type: ignore[arg-type]
+    pods = [
+        PodInfo(uid=f"u{i}", namespace="ns", name=f"p{i}", request=PodRequest())
+        for i in range(MAX_WRITES_IN_FLIGHT + 20)
+    ]
+    binds = [asyncio.create_task(writer.bind(p, "n1")) for p in pods]
+    events = [
+        asyncio.create_task(writer.event(ObjectRef.pod(p), "Normal", "Scheduled", "bound"))
+        for p in pods
+    ]
+    try:
+        async with asyncio.timeout(GUARD):
+            await kube.all_started.wait()
+            # Let every task that could still start a request run: none may.
+            for _ in range(5):
+                await asyncio.sleep(0)
+        assert kube.started == MAX_WRITES_IN_FLIGHT + MAX_REPORTS_IN_FLIGHT
+        kube.gate.set()
+        async with asyncio.timeout(GUARD):
+            statuses = await asyncio.gather(*binds)
+            await asyncio.gather(*events)
+        assert all(s.is_success() for s in statuses)
+        assert kube.started == 2 * len(pods)
+    finally:
+        for t in (*binds, *events):
+            t.cancel()
+        await asyncio.gather(*binds, *events, return_exceptions=True)
