@@ -28,6 +28,7 @@ from gpusched.plugins.gpu_fragmentation.learner import ShapeLearner
 from gpusched.plugins.gpu_fragmentation.prices import CardPrices, LossCache
 from gpusched.plugins.helper.fgd_target import FragCache, score_placements
 from gpusched.plugins.helper.gpu_state import CARD_HINT
+from gpusched.plugins.helper.row_cache import RowCache
 
 NEUTRAL = 50.0
 log = logging.getLogger(__name__)
@@ -46,9 +47,10 @@ class GPUFragmentation:
             self.args.max_classes,
             self.args.cpu_classes,
         )
-        self.cache = FragCache()
+        self.cache = FragCache(self.args.cache_shapes)
         self.prices = CardPrices()
-        self.losses = LossCache()
+        self.losses = LossCache(self.args.cache_shapes)
+        self.pack_terms: RowCache[NDArray[np.float64]] = RowCache()
         self._since_refresh = 0
         self._since_prices = 0
 
@@ -96,27 +98,49 @@ class GPUFragmentation:
         CPU to GPU pods. Shared pods get none: the card prices place them. (Packing whole-
         card pods by used share, even as a bare tie-break, cost 0.6-1.2 points on the
         gpuspec10 trace: it fills the nodes model-constrained pods need.)"""
-        snap = self.handle.snapshot
         req = pod.request
         w = self.args.pack_weight
         if req.gpu_cards:
-            present = (
-                np.arange(snap.card_free_milli.shape[1])[None, :]
-                < (snap.node_card_count[rows][:, None])
-            )
-            intact = ((snap.card_free_milli[rows] >= FULL_CARD_MILLI) & present).sum(axis=1)
-            fills: Scores = out * (1.0 - w / 100.0) + w * (intact == req.gpu_cards)
+            fills: Scores = out * (1.0 - w / 100.0) + w * self._pack_term(req.gpu_cards)[rows]
             return fills
         if req.gpu_milli:
             return out
-        cap = snap.node_card_count[rows].astype(np.float64) * FULL_CARD_MILLI
-        free = snap.card_free_milli[rows].sum(axis=1).astype(np.float64)
-        used = np.divide(cap - free, cap, out=np.ones_like(cap), where=cap > 0)
-        blended: Scores = out * (1.0 - w / 100.0) + w * np.minimum(used, 1.0)
+        blended: Scores = out * (1.0 - w / 100.0) + w * self._pack_term(0)[rows]
         return blended
+
+    def _pack_term(self, cards: int) -> NDArray[np.float64]:
+        """_pack's per-row term of every snapshot row (capacity-long): 1.0 where a
+        `cards`-card pod takes all intact cards, or for a CPU-only pod (cards = 0) the used
+        GPU share capped at 1. It reads that row alone, so it is cached per `cards` and
+        refreshed on the rows changed since (RowCache, as the FGD term and card prices)."""
+        snap = self.handle.snapshot
+
+        def term(rows: NDArray[np.intp]) -> NDArray[np.float64]:
+            if cards:
+                present = (
+                    np.arange(snap.card_free_milli.shape[1])[None, :]
+                    < (snap.node_card_count[rows][:, None])
+                )
+                intact = ((snap.card_free_milli[rows] >= FULL_CARD_MILLI) & present).sum(axis=1)
+                fills: NDArray[np.float64] = (intact == cards).astype(np.float64)
+                return fills
+            cap = snap.node_card_count[rows].astype(np.float64) * FULL_CARD_MILLI
+            free = snap.card_free_milli[rows].sum(axis=1).astype(np.float64)
+            used = np.divide(cap - free, cap, out=np.ones_like(cap), where=cap > 0)
+            share: NDArray[np.float64] = np.minimum(used, 1.0)
+            return share
+
+        def recompute(out: NDArray[np.float64], rows: NDArray[np.intp]) -> None:
+            out[rows] = term(rows)
+
+        return self.pack_terms.get(
+            snap, cards, lambda: term(np.arange(snap.capacity, dtype=np.intp)), recompute
+        )
 
     def _card_terms(self, out: Scores, rows: Rows, card: NDArray[np.int16], milli: int) -> Scores:
         """Shared pods: best fit and sum-of-squares terms on the card the pod would take."""
+        if self.args.card_fit_weight <= 0 and self.args.sos_weight <= 0:
+            return out  # both terms off (the default): nothing to gather
         snap = self.handle.snapshot
         ok = card >= 0
         safe = np.where(ok, card, 0).astype(np.intp)

@@ -4,6 +4,14 @@
 per-(row, class) statistics of ``gpusched/kernels/fgd.py`` and refreshes only the rows
 whose card or CPU columns changed since the last cycle, so a cycle costs one pass over the
 candidate rows instead of recomputing every node's fragmentation.
+
+It also keeps each row's FGD term (the delta and the card) per request shape, for the
+shapes seen since the target last changed (a ``RowCache``, least recently used shapes
+dropped first): a row's term depends only on that row, the shape, the target and the model
+set, so a pod of a shape seen before recomputes just the rows changed since (a bind, a
+deletion, a node update or health change: ``NodeColumns.row_version``), not every
+candidate row. The target's generation and the model count are part of the shape key, so
+a new target or a new card model recomputes every row.
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ from gpusched.model.node import FULL_CARD_MILLI
 from gpusched.model.pod import PodInfo
 from gpusched.model.share import share_on_card
 from gpusched.plugins.helper.gpu_state import CARD_HINT, GPU_REQUEST
+from gpusched.plugins.helper.row_cache import RowCache
 
 fgd_refresh = pick(fgd_refresh_nb, fgd_refresh_np)
 fgd_delta = pick(fgd_delta_nb, fgd_delta_np)
@@ -50,10 +59,14 @@ class TargetClass:
         return errors
 
 
-class FragCache:
-    """Fragmentation statistics per snapshot row against one target workload."""
+Terms = tuple[NDArray[np.float64], NDArray[np.int16]]  # per snapshot row: value, card
 
-    def __init__(self) -> None:
+
+class FragCache:
+    """Fragmentation statistics per snapshot row against one target workload, and the FGD
+    term of recent request shapes (module docstring)."""
+
+    def __init__(self, max_shapes: int = 64) -> None:
         self.classes: tuple[TargetClass, ...] = ()
         self.cls_cpu = np.zeros(0, np.int64)
         self.cls_milli = np.zeros(0, np.int64)
@@ -71,6 +84,10 @@ class FragCache:
         self.seen_cpu = np.zeros(0, np.int64)
         self.seen_model = np.zeros((0, 0), np.int16)
         self.refreshed = 0  # rows recomputed, for tests and benchmarks
+        # Bumped by set_target: part of every term's shape key, so no term of an older
+        # target is ever served.
+        self.target_generation = 0
+        self.terms: RowCache[Terms] = RowCache(max_shapes)
 
     def set_target(self, classes: Sequence[TargetClass]) -> None:
         total = sum(c.weight for c in classes)
@@ -81,6 +98,7 @@ class FragCache:
         self.cls_p = np.array([c.weight / total if total > 0 else 0.0 for c in classes], np.float64)
         self._force = True
         self._models = -1
+        self.target_generation += 1
 
     def refresh(self, snap: NodeColumns) -> None:
         """Bring the statistics up to date with the snapshot (changed rows only)."""
@@ -154,9 +172,96 @@ class FragCache:
         card_by_raw: bool = False,
     ) -> tuple[NDArray[np.float64], NDArray[np.int16]]:
         """Per row: FGD value of the placement (see the kernel) and the chosen card."""
+        value, card = self.terms_of(
+            snap,
+            cpu=cpu,
+            milli=milli,
+            cards=cards,
+            allowed=allowed,
+            quantize=quantize,
+            card_by_raw=card_by_raw,
+        )
+        return value[rows], card[rows]
+
+    def terms_of(
+        self,
+        snap: NodeColumns,
+        *,
+        cpu: int,
+        milli: int,
+        cards: int,
+        allowed: NDArray[np.bool_],
+        quantize: bool,
+        card_by_raw: bool = False,
+    ) -> Terms:
+        """(value, card) of every snapshot row (capacity-long; rows not valid hold junk),
+        cached per shape and refreshed on the rows changed since (RowCache)."""
         self.refresh(snap)
-        value = np.empty(len(rows), np.float64)
-        card = np.empty(len(rows), np.int16)
+
+        def recompute(out: Terms, rows: NDArray[np.intp]) -> None:
+            value = np.empty(len(rows), np.float64)
+            card = np.empty(len(rows), np.int16)
+            self.compute(
+                snap,
+                rows,
+                cpu=cpu,
+                milli=milli,
+                cards=cards,
+                allowed=allowed,
+                quantize=quantize,
+                card_by_raw=card_by_raw,
+                out_value=value,
+                out_card=card,
+            )
+            out[0][rows] = value
+            out[1][rows] = card
+
+        def compute_all() -> Terms:
+            out = (np.empty(snap.capacity, np.float64), np.empty(snap.capacity, np.int16))
+            self.compute(
+                snap,
+                np.arange(snap.capacity, dtype=np.intp),
+                cpu=cpu,
+                milli=milli,
+                cards=cards,
+                allowed=allowed,
+                quantize=quantize,
+                card_by_raw=card_by_raw,
+                out_value=out[0],
+                out_card=out[1],
+            )
+            return out
+
+        # The accepted models by id (the bytes of the mask: two constraints naming the
+        # same ids share a shape), the target's generation and the model count (cls_access)
+        # are inputs of every row's term besides the row itself.
+        shape = (
+            cpu,
+            milli,
+            cards,
+            allowed.tobytes(),
+            quantize,
+            card_by_raw,
+            self.target_generation,
+            self._models,
+        )
+        return self.terms.get(snap, shape, compute_all, recompute)
+
+    def compute(
+        self,
+        snap: NodeColumns,
+        rows: NDArray[np.intp],
+        *,
+        cpu: int,
+        milli: int,
+        cards: int,
+        allowed: NDArray[np.bool_],
+        quantize: bool,
+        card_by_raw: bool,
+        out_value: NDArray[np.float64],
+        out_card: NDArray[np.int16],
+    ) -> None:
+        """The uncached FGD term of `rows` (statistics must be current: refresh first)."""
         fgd_delta(
             rows,
             snap.card_free_milli,
@@ -178,10 +283,9 @@ class FragCache:
             cards,
             quantize,
             card_by_raw,
-            value,
-            card,
+            out_value,
+            out_card,
         )
-        return value, card
 
 
 def score_placements(
