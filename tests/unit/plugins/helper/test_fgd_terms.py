@@ -168,6 +168,7 @@ def test_a_seen_shape_recomputes_only_the_changed_row() -> None:
     snap.apply(row, 1000, 0, (2,), (500,), (0,))
     _, value, card = _cached(cache, snap, shape)
     assert (cache.terms.full, cache.terms.partial) == (1, 1)
+    assert cache.terms.computed_rows == 41  # 40 rows once, then the changed one
     _, want_value, want_card = _fresh(snap, TARGETS[0], shape)
     assert np.array_equal(value, want_value) and np.array_equal(card, want_card)
     # A new target is a new shape key: every row is computed again.
