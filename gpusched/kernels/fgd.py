@@ -20,6 +20,9 @@ O(rows x cards x classes x cards):
   of free share below ``milli_m``, and F(n), recomputed only for rows whose card or CPU
   columns changed since the last call (``seen_*`` keep the last values) or all rows when
   ``force`` (new target workload, node set changed);
+* ``fgd_refresh_rows``: the same for the listed rows only (those stamped since the last
+  refresh, ``NodeColumns.row_version``): a refresh after one bind costs one row, not a
+  compare of every card column;
 * ``fgd_delta``: for each candidate row, F(n) - F(n + pod), using that one placement
   changes those statistics card by card (a card going from ``l`` to ``l'`` moves the count
   by ``[l' >= mm] - [l >= mm]`` and the sum by ``l'[l' < mm] - l[l < mm]``).
@@ -168,6 +171,125 @@ def fgd_refresh_np(
         total += cls_p[m] * np.where(q3, s.astype(np.float64), g)
     before[rows] = total
     return len(rows)
+
+
+@njit_kernel
+def fgd_refresh_rows_nb(
+    rows: npt.NDArray[np.intp],
+    node_valid: npt.NDArray[np.bool_],
+    card_free_milli: npt.NDArray[np.int32],
+    node_card_count: npt.NDArray[np.int16],
+    card_model: npt.NDArray[np.int16],
+    node_cpu_free: npt.NDArray[np.int64],
+    seen_free: npt.NDArray[np.int32],
+    seen_cpu: npt.NDArray[np.int64],
+    cls_cpu: npt.NDArray[np.int64],
+    cls_milli: npt.NDArray[np.int64],
+    cls_num: npt.NDArray[np.int64],
+    cls_p: npt.NDArray[np.float64],
+    cls_access: npt.NDArray[np.bool_],
+    cnt: npt.NDArray[np.int16],
+    fs: npt.NDArray[np.int64],
+    before: npt.NDArray[np.float64],
+) -> int:
+    """:func:`fgd_refresh_nb` (unforced) over the rows of ``rows`` only; returns how many
+    of them were stale."""
+    n_cards = card_free_milli.shape[1]
+    n_cls = cls_p.shape[0]
+    n_models = cls_access.shape[1]
+    done = 0
+    for i in range(rows.shape[0]):
+        r = rows[i]
+        if not node_valid[r]:
+            before[r] = 0.0
+            continue
+        stale = node_cpu_free[r] != seen_cpu[r]
+        if not stale:
+            for c in range(n_cards):
+                if card_free_milli[r, c] != seen_free[r, c]:
+                    stale = True
+                    break
+        if not stale:
+            continue
+        done += 1
+        seen_cpu[r] = node_cpu_free[r]
+        for c in range(n_cards):
+            seen_free[r, c] = card_free_milli[r, c]
+        k = np.int64(node_card_count[r])
+        g = np.int64(0)
+        for c in range(k):
+            g += np.int64(card_free_milli[r, c])
+        model = np.int64(card_model[r, 0]) if k > 0 else np.int64(-1)
+        cpu = node_cpu_free[r]
+        total = 0.0
+        for m in range(n_cls):
+            mm = cls_milli[m]
+            if mm == 0 or model < 0 or model >= n_models or not cls_access[m, model]:
+                cnt[r, m] = 0
+                fs[r, m] = 0
+                total += cls_p[m] * np.float64(g)
+                continue
+            cn = 0
+            s = np.int64(0)
+            for c in range(k):
+                left = np.int64(card_free_milli[r, c])
+                if left >= mm:
+                    cn += 1
+                else:
+                    s += left
+            cnt[r, m] = cn
+            fs[r, m] = s
+            if cn >= cls_num[m] and cpu >= cls_cpu[m]:
+                total += cls_p[m] * np.float64(s)
+            else:
+                total += cls_p[m] * np.float64(g)
+        before[r] = total
+    return done
+
+
+def fgd_refresh_rows_np(
+    rows: npt.NDArray[np.intp],
+    node_valid: npt.NDArray[np.bool_],
+    card_free_milli: npt.NDArray[np.int32],
+    node_card_count: npt.NDArray[np.int16],
+    card_model: npt.NDArray[np.int16],
+    node_cpu_free: npt.NDArray[np.int64],
+    seen_free: npt.NDArray[np.int32],
+    seen_cpu: npt.NDArray[np.int64],
+    cls_cpu: npt.NDArray[np.int64],
+    cls_milli: npt.NDArray[np.int64],
+    cls_num: npt.NDArray[np.int64],
+    cls_p: npt.NDArray[np.float64],
+    cls_access: npt.NDArray[np.bool_],
+    cnt: npt.NDArray[np.int16],
+    fs: npt.NDArray[np.int64],
+    before: npt.NDArray[np.float64],
+) -> int:
+    """NumPy twin of :func:`fgd_refresh_rows_nb`: :func:`fgd_refresh_np` on the gathered
+    rows, its results scattered back."""
+    sub_seen_free, sub_seen_cpu = seen_free[rows], seen_cpu[rows]
+    sub_cnt, sub_fs, sub_before = cnt[rows], fs[rows], before[rows]
+    done = fgd_refresh_np(
+        False,
+        node_valid[rows],
+        card_free_milli[rows],
+        node_card_count[rows],
+        card_model[rows],
+        node_cpu_free[rows],
+        sub_seen_free,
+        sub_seen_cpu,
+        cls_cpu,
+        cls_milli,
+        cls_num,
+        cls_p,
+        cls_access,
+        sub_cnt,
+        sub_fs,
+        sub_before,
+    )
+    seen_free[rows], seen_cpu[rows] = sub_seen_free, sub_seen_cpu
+    cnt[rows], fs[rows], before[rows] = sub_cnt, sub_fs, sub_before
+    return done
 
 
 @njit_kernel

@@ -51,6 +51,9 @@ class GPUFragmentationArgs:
     # Keep the simulator's quirk that CPU-only classes count all idle GPU as fragment
     # (True) or leave CPU-only shapes out of the learnt target (False).
     cpu_classes: bool = True
+    # Request shapes whose per-row FGD term and card-price loss are kept (each a
+    # capacity-long column pair, about 10 bytes a node), least recently used dropped first.
+    cache_shapes: int = 64
 
     def validate(self) -> list[tuple[str, str]]:
         errors: list[tuple[str, str]] = []
@@ -76,4 +79,6 @@ class GPUFragmentationArgs:
             errors.append(("priceRefreshPods", f"must be >= 1, got {self.price_refresh_pods}"))
         if not 0 <= self.sos_weight <= 50:
             errors.append(("sosWeight", f"must be in [0, 50], got {self.sos_weight}"))
+        if not 1 <= self.cache_shapes <= 4096:
+            errors.append(("cacheShapes", f"must be in [1, 4096], got {self.cache_shapes}"))
         return errors

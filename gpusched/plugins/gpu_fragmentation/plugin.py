@@ -26,8 +26,9 @@ from gpusched.model.pod import PodInfo
 from gpusched.plugins.gpu_fragmentation.args import GPUFragmentationArgs
 from gpusched.plugins.gpu_fragmentation.learner import ShapeLearner
 from gpusched.plugins.gpu_fragmentation.prices import CardPrices, LossCache
-from gpusched.plugins.helper.fgd_target import FragCache, score_placements
+from gpusched.plugins.helper.fgd_target import FragCache, allowed_of, placement_terms
 from gpusched.plugins.helper.gpu_state import CARD_HINT
+from gpusched.plugins.helper.row_cache import RowCache
 
 NEUTRAL = 50.0
 log = logging.getLogger(__name__)
@@ -46,9 +47,11 @@ class GPUFragmentation:
             self.args.max_classes,
             self.args.cpu_classes,
         )
-        self.cache = FragCache()
+        self.cache = FragCache(self.args.cache_shapes)
         self.prices = CardPrices()
-        self.losses = LossCache()
+        self.losses = LossCache(self.args.cache_shapes)
+        # Each row's score before the sum-of-squares term, and its card, per request shape.
+        self.scores: RowCache[tuple[Scores, NDArray[np.int16]]] = RowCache(self.args.cache_shapes)
         self._since_refresh = 0
         self._since_prices = 0
 
@@ -115,41 +118,56 @@ class GPUFragmentation:
         blended: Scores = out * (1.0 - w / 100.0) + w * np.minimum(used, 1.0)
         return blended
 
-    def _card_terms(self, out: Scores, rows: Rows, card: NDArray[np.int16], milli: int) -> Scores:
-        """Shared pods: best fit and sum-of-squares terms on the card the pod would take."""
+    def _card_gap(
+        self, rows: Rows, card: NDArray[np.int16], milli: int
+    ) -> tuple[NDArray[np.bool_], NDArray[np.int64], NDArray[np.int64]]:
+        """Shared pods: whether a card was chosen, its free share and what is left after."""
         snap = self.handle.snapshot
         ok = card >= 0
         safe = np.where(ok, card, 0).astype(np.intp)
         gap = snap.card_free_milli[rows, safe].astype(np.int64)
         after = np.where(ok, gap - milli, FULL_CARD_MILLI)
-        res = out
-        if self.args.card_fit_weight > 0:
-            w = self.args.card_fit_weight
-            res = res * (1.0 - w / 100.0) + w * (1.0 - after / FULL_CARD_MILLI)
-        if self.args.sos_weight > 0:
-            present = snap.node_valid[:, None] & snap.card_healthy
-            free = snap.card_free_milli[present].astype(np.int64)
-            hist = np.bincount(np.clip(free, 0, FULL_CARD_MILLI), minlength=FULL_CARD_MILLI + 1)
-            hist[0] = 0
-            hist[FULL_CARD_MILLI] = 0
-            # Change of sum_g N(g)^2 when the card's gap goes from gap to after.
-            d = np.where((after > 0) & (after < FULL_CARD_MILLI), 2 * hist[after] + 1, 0)
-            d = d + np.where((gap > 0) & (gap < FULL_CARD_MILLI), 1 - 2 * hist[gap], 0)
-            d = d.astype(np.float64)
-            seen = d[ok] if ok.any() else np.zeros(1)
-            lo, hi = float(seen.min()), float(seen.max())
-            norm = (hi - d) / (hi - lo) if hi > lo else np.ones_like(d)
-            w = self.args.sos_weight
-            res = res * (1.0 - w / 100.0) + w * np.where(ok, norm, 0.0)
-        result: Scores = res
-        return result
+        return ok, gap, after
+
+    def _card_fit(self, out: Scores, rows: Rows, card: NDArray[np.int16], milli: int) -> Scores:
+        """Shared pods: the best fit term on the card the pod would take (per row)."""
+        if self.args.card_fit_weight <= 0:
+            return out
+        _, _, after = self._card_gap(rows, card, milli)
+        w = self.args.card_fit_weight
+        res: Scores = out * (1.0 - w / 100.0) + w * (1.0 - after / FULL_CARD_MILLI)
+        return res
+
+    def _sos(self, out: Scores, rows: Rows, card: NDArray[np.int16], milli: int) -> Scores:
+        """Shared pods: the sum-of-squares term on the card the pod would take. It reads
+        the cluster-wide gap histogram and normalises over the candidates, so unlike the
+        other terms it is not cached per row."""
+        if self.args.sos_weight <= 0:
+            return out
+        snap = self.handle.snapshot
+        ok, gap, after = self._card_gap(rows, card, milli)
+        present = snap.node_valid[:, None] & snap.card_healthy
+        free = snap.card_free_milli[present].astype(np.int64)
+        hist = np.bincount(np.clip(free, 0, FULL_CARD_MILLI), minlength=FULL_CARD_MILLI + 1)
+        hist[0] = 0
+        hist[FULL_CARD_MILLI] = 0
+        # Change of sum_g N(g)^2 when the card's gap goes from gap to after.
+        d = np.where((after > 0) & (after < FULL_CARD_MILLI), 2 * hist[after] + 1, 0)
+        d = d + np.where((gap > 0) & (gap < FULL_CARD_MILLI), 1 - 2 * hist[gap], 0)
+        d = d.astype(np.float64)
+        seen = d[ok] if ok.any() else np.zeros(1)
+        lo, hi = float(seen.min()), float(seen.max())
+        norm = (hi - d) / (hi - lo) if hi > lo else np.ones_like(d)
+        w = self.args.sos_weight
+        res: Scores = out * (1.0 - w / 100.0) + w * np.where(ok, norm, 0.0)
+        return res
 
     def _priced(
-        self, state: CycleState, out: Scores, pod: PodInfo, rows: Rows, fgd_card: NDArray[np.int16]
+        self, out: Scores, pod: PodInfo, rows: Rows, fgd_card: NDArray[np.int16]
     ) -> tuple[Scores, NDArray[np.int16]]:
         """Shared pods: the card that loses the least at the learnt card prices (ties: the
-        tightest), written to CARD_HINT, and points for the node whose best card loses
-        least (prices.py)."""
+        tightest; score writes it to CARD_HINT), and points for the node whose best card
+        loses least (prices.py)."""
         req = pod.request
         loss_all, card_all = self.losses.losses(
             self.handle.snapshot,
@@ -158,13 +176,11 @@ class GPUFragmentation:
             cpu=req.cpu_milli,
             models=req.gpu_models,
             use_cpu=self.args.price_cpu,
+            rows=np.asarray(rows, dtype=np.intp),
         )
         loss, card = loss_all[rows], card_all[rows]
         found = card >= 0
         chosen = np.where(found, card, fgd_card).astype(np.int16)
-        hint = state.get(CARD_HINT)
-        if hint is not None:
-            hint[rows] = chosen
         w = self.args.price_weight
         points = np.where(found, 1.0 - np.minimum(loss, 1.0), 0.0)
         res: Scores = out * (1.0 - w / 100.0) + w * points
@@ -193,15 +209,63 @@ class GPUFragmentation:
         self._learn(pod)
         if not self.cache.classes:
             return np.full(len(rows), NEUTRAL)
+        snap = self.handle.snapshot
         req = pod.request
-        out, card = score_placements(
+        allowed = allowed_of(state, snap, pod)
+        rows_arr = np.asarray(rows, dtype=np.intp)
+        prices = self.prices
+        # Every input of a row's score besides the row itself: the pod's shape (and the
+        # models it accepts, by name for the prices and by id for FGD), the target, the
+        # card prices and the args. Rows changed since are computed again (RowCache.rows).
+        shape = (
+            req.cpu_milli,
+            req.gpu_milli,
+            req.gpu_cards,
+            req.gpu_mem_mib,
+            req.gpu_models,
+            allowed.tobytes(),
+            len(snap.models),
+            self.cache.target_generation,
+            prices.solves,
+            prices.ready,
+            prices.cpu_per_card,
+            self.args,
+        )
+
+        def alloc() -> tuple[Scores, NDArray[np.int16]]:
+            return np.zeros(snap.capacity, np.float64), np.full(snap.capacity, -1, np.int16)
+
+        def recompute(out: tuple[Scores, NDArray[np.int16]], need: NDArray[np.intp]) -> None:
+            value, card = self._row_terms(pod, need, allowed)
+            out[0][need] = value
+            out[1][need] = card
+
+        values, cards = self.scores.rows(snap, shape, rows_arr, alloc, recompute)
+        out: Scores = values[rows_arr]
+        if req.gpu_cards == 0 and (req.gpu_milli > 0 or req.gpu_mem_mib > 0):
+            card = cards[rows_arr]
+            hint = np.full(snap.capacity, -1, np.int16)
+            hint[rows_arr] = card
+            state.write(CARD_HINT, hint)
+            if req.gpu_milli > 0:
+                out = self._sos(out, rows_arr, card, req.gpu_milli)
+        return np.clip(out, 0.0, 100.0)
+
+    def _row_terms(
+        self, pod: PodInfo, rows: NDArray[np.intp], allowed: NDArray[np.bool_]
+    ) -> tuple[Scores, NDArray[np.int16]]:
+        """Every term of the score that reads only the row (before the sum-of-squares term
+        and the clip), and the card a shared pod would take there."""
+        req = pod.request
+        out, card = placement_terms(
             self.cache,
-            state,
             self.handle.snapshot,
             pod,
             rows,
+            allowed,
             quantize=self.args.quantize,
             card_by_raw=self.args.card_by_raw,
+            cached=False,
         )
         if self.args.pack_weight > 0:
             out = self._pack(out, pod, rows)
@@ -210,6 +274,6 @@ class GPUFragmentation:
         if req.gpu_cards == 0 and req.gpu_milli > 0:
             if self.args.price_weight > 0 and self.prices.ready:
                 # The optional card terms then judge the card the pod will really take.
-                out, card = self._priced(state, out, pod, rows, card)
-            out = self._card_terms(out, rows, card, req.gpu_milli)
-        return np.clip(out, 0.0, 100.0)
+                out, card = self._priced(out, pod, rows, card)
+            out = self._card_fit(out, rows, card, req.gpu_milli)
+        return out, card

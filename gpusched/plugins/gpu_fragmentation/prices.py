@@ -94,8 +94,11 @@ class LossCache(RowCache[Losses]):
         cpu: int,
         models: tuple[str, ...],
         use_cpu: bool,
+        rows: NDArray[np.intp] | None = None,
     ) -> Losses:
-        """(loss, card) per snapshot row (capacity-long; rows not valid hold junk)."""
+        """(loss, card) per snapshot row (capacity-long; rows not valid hold junk). With
+        `rows`, only those rows are brought up to date (RowCache.rows: a Score's candidates)
+        and only they may be read."""
         per_card = prices.cpu_per_card if use_cpu else 0.0
         allowed = snap.allowed_models(models)
         price = prices.price_of(milli)
@@ -131,4 +134,10 @@ class LossCache(RowCache[Losses]):
         # The prices' generation and the model count are part of the shape: a re-solve or
         # a new model changes every row's loss.
         shape = (milli, cpu, models, per_card, prices.solves, len(snap.models))
+        if rows is not None:
+
+            def alloc() -> Losses:
+                return np.zeros(snap.capacity, np.float64), np.full(snap.capacity, -1, np.int16)
+
+            return self.rows(snap, shape, rows, alloc, recompute)
         return self.get(snap, shape, compute_all, recompute)

@@ -4,6 +4,14 @@
 per-(row, class) statistics of ``gpusched/kernels/fgd.py`` and refreshes only the rows
 whose card or CPU columns changed since the last cycle, so a cycle costs one pass over the
 candidate rows instead of recomputing every node's fragmentation.
+
+It also keeps each row's FGD term (the delta and the card) per request shape, for the
+shapes seen since the target last changed (a ``RowCache``, least recently used shapes
+dropped first): a row's term depends only on that row, the shape, the target and the model
+set, so a pod of a shape seen before recomputes just the rows changed since (a bind, a
+deletion, a node update or health change: ``NodeColumns.row_version``), not every
+candidate row. The target's generation and the model count are part of the shape key, so
+a new target or a new card model recomputes every row.
 """
 
 from __future__ import annotations
@@ -18,13 +26,22 @@ from gpusched.framework.cycle_state import CycleState
 from gpusched.framework.interfaces import Rows, Scores
 from gpusched.framework.snapshot import NodeColumns
 from gpusched.kernels.dispatch import pick
-from gpusched.kernels.fgd import fgd_delta_nb, fgd_delta_np, fgd_refresh_nb, fgd_refresh_np
+from gpusched.kernels.fgd import (
+    fgd_delta_nb,
+    fgd_delta_np,
+    fgd_refresh_nb,
+    fgd_refresh_np,
+    fgd_refresh_rows_nb,
+    fgd_refresh_rows_np,
+)
 from gpusched.model.node import FULL_CARD_MILLI
 from gpusched.model.pod import PodInfo
 from gpusched.model.share import share_on_card
 from gpusched.plugins.helper.gpu_state import CARD_HINT, GPU_REQUEST
+from gpusched.plugins.helper.row_cache import RowCache
 
 fgd_refresh = pick(fgd_refresh_nb, fgd_refresh_np)
+fgd_refresh_rows = pick(fgd_refresh_rows_nb, fgd_refresh_rows_np)
 fgd_delta = pick(fgd_delta_nb, fgd_delta_np)
 
 
@@ -50,10 +67,14 @@ class TargetClass:
         return errors
 
 
-class FragCache:
-    """Fragmentation statistics per snapshot row against one target workload."""
+Terms = tuple[NDArray[np.float64], NDArray[np.int16]]  # per snapshot row: value, card
 
-    def __init__(self) -> None:
+
+class FragCache:
+    """Fragmentation statistics per snapshot row against one target workload, and the FGD
+    term of recent request shapes (module docstring)."""
+
+    def __init__(self, max_shapes: int = 64) -> None:
         self.classes: tuple[TargetClass, ...] = ()
         self.cls_cpu = np.zeros(0, np.int64)
         self.cls_milli = np.zeros(0, np.int64)
@@ -64,6 +85,8 @@ class FragCache:
         self._membership = -1
         self._card_layout = -1
         self._models = -1
+        self._seen_version = 0  # the snapshot's version at the last refresh
+        self._snap_id = 0
         self.cnt = np.zeros((0, 0), np.int16)
         self.fs = np.zeros((0, 0), np.int64)
         self.before = np.zeros(0, np.float64)
@@ -71,6 +94,10 @@ class FragCache:
         self.seen_cpu = np.zeros(0, np.int64)
         self.seen_model = np.zeros((0, 0), np.int16)
         self.refreshed = 0  # rows recomputed, for tests and benchmarks
+        # Bumped by set_target: part of every term's shape key, so no term of an older
+        # target is ever served.
+        self.target_generation = 0
+        self.terms: RowCache[Terms] = RowCache(max_shapes)
 
     def set_target(self, classes: Sequence[TargetClass]) -> None:
         total = sum(c.weight for c in classes)
@@ -81,6 +108,7 @@ class FragCache:
         self.cls_p = np.array([c.weight / total if total > 0 else 0.0 for c in classes], np.float64)
         self._force = True
         self._models = -1
+        self.target_generation += 1
 
     def refresh(self, snap: NodeColumns) -> None:
         """Bring the statistics up to date with the snapshot (changed rows only)."""
@@ -121,24 +149,46 @@ class FragCache:
                     self.seen_model[moved] = snap.card_model[moved]
         # Labels are not read here: a relabelled node (GPU Feature Discovery's timestamp
         # every minute) recomputes nothing.
-        self.refreshed += fgd_refresh(
-            self._force,
-            snap.node_valid,
-            snap.card_free_milli,
-            snap.node_card_count,
-            snap.card_model,
-            snap.node_cpu_free,
-            self.seen_free,
-            self.seen_cpu,
-            self.cls_cpu,
-            self.cls_milli,
-            self.cls_num,
-            self.cls_p,
-            self.cls_access,
-            self.cnt,
-            self.fs,
-            self.before,
-        )
+        if snap.version < self._seen_version or id(snap) != self._snap_id:
+            self._force = True  # another snapshot: its versions say nothing of ours
+        self._snap_id = id(snap)
+        args = (self.cls_cpu, self.cls_milli, self.cls_num, self.cls_p, self.cls_access)
+        if self._force:
+            self.refreshed += fgd_refresh(
+                True,
+                snap.node_valid,
+                snap.card_free_milli,
+                snap.node_card_count,
+                snap.card_model,
+                snap.node_cpu_free,
+                self.seen_free,
+                self.seen_cpu,
+                *args,
+                self.cnt,
+                self.fs,
+                self.before,
+            )
+        else:
+            # Every writer of the columns read here stamps the row's version (the cache's
+            # Snapshot.touch), so only rows stamped since the last refresh can be stale:
+            # the kernel then compares those rows, not every card column of the snapshot.
+            rows = np.flatnonzero(snap.row_version > self._seen_version)
+            if len(rows):
+                self.refreshed += fgd_refresh_rows(
+                    rows,
+                    snap.node_valid,
+                    snap.card_free_milli,
+                    snap.node_card_count,
+                    snap.card_model,
+                    snap.node_cpu_free,
+                    self.seen_free,
+                    self.seen_cpu,
+                    *args,
+                    self.cnt,
+                    self.fs,
+                    self.before,
+                )
+        self._seen_version = snap.version
         self._force = False
 
     def delta(
@@ -152,11 +202,82 @@ class FragCache:
         allowed: NDArray[np.bool_],
         quantize: bool,
         card_by_raw: bool = False,
+        cached: bool = True,
     ) -> tuple[NDArray[np.float64], NDArray[np.int16]]:
-        """Per row: FGD value of the placement (see the kernel) and the chosen card."""
+        """Per row: FGD value of the placement (see the kernel) and the chosen card,
+        cached per request shape (module docstring): only rows of `rows` changed since
+        the shape was last asked, or never computed for it, are computed. `cached=False`:
+        computed afresh (a caller that caches the whole score per shape itself)."""
         self.refresh(snap)
-        value = np.empty(len(rows), np.float64)
-        card = np.empty(len(rows), np.int16)
+        rows_arr = np.asarray(rows, dtype=np.intp)
+        if not cached:
+            fresh = np.empty(len(rows_arr), np.float64), np.empty(len(rows_arr), np.int16)
+            self.compute(
+                snap,
+                rows_arr,
+                cpu=cpu,
+                milli=milli,
+                cards=cards,
+                allowed=allowed,
+                quantize=quantize,
+                card_by_raw=card_by_raw,
+                out_value=fresh[0],
+                out_card=fresh[1],
+            )
+            return fresh
+
+        def alloc() -> Terms:
+            return np.zeros(snap.capacity, np.float64), np.full(snap.capacity, -1, np.int16)
+
+        def recompute(out: Terms, need: NDArray[np.intp]) -> None:
+            value = np.empty(len(need), np.float64)
+            card = np.empty(len(need), np.int16)
+            self.compute(
+                snap,
+                need,
+                cpu=cpu,
+                milli=milli,
+                cards=cards,
+                allowed=allowed,
+                quantize=quantize,
+                card_by_raw=card_by_raw,
+                out_value=value,
+                out_card=card,
+            )
+            out[0][need] = value
+            out[1][need] = card
+
+        # The accepted models by id (the bytes of the mask: two constraints naming the
+        # same ids share a shape), the target's generation and the model count (cls_access)
+        # are inputs of every row's term besides the row itself.
+        shape = (
+            cpu,
+            milli,
+            cards,
+            allowed.tobytes(),
+            quantize,
+            card_by_raw,
+            self.target_generation,
+            self._models,
+        )
+        value, card = self.terms.rows(snap, shape, rows_arr, alloc, recompute)
+        return value[rows_arr], card[rows_arr]
+
+    def compute(
+        self,
+        snap: NodeColumns,
+        rows: NDArray[np.intp],
+        *,
+        cpu: int,
+        milli: int,
+        cards: int,
+        allowed: NDArray[np.bool_],
+        quantize: bool,
+        card_by_raw: bool,
+        out_value: NDArray[np.float64],
+        out_card: NDArray[np.int16],
+    ) -> None:
+        """The uncached FGD term of `rows` (statistics must be current: refresh first)."""
         fgd_delta(
             rows,
             snap.card_free_milli,
@@ -178,10 +299,9 @@ class FragCache:
             cards,
             quantize,
             card_by_raw,
-            value,
-            card,
+            out_value,
+            out_card,
         )
-        return value, card
 
 
 def score_placements(
@@ -198,10 +318,49 @@ def score_placements(
     to CARD_HINT for a shared pod (GPUFit's Reserve takes it). Shared by FGDScore and
     GPUFragmentation, which differ only in where their target workload comes from."""
     req = pod.request
+    out, card = placement_terms(
+        cache,
+        snap,
+        pod,
+        rows,
+        allowed_of(state, snap, pod),
+        quantize=quantize,
+        card_by_raw=card_by_raw,
+    )
+    if req.gpu_cards == 0 and (req.gpu_milli > 0 or req.gpu_mem_mib > 0):
+        hint = np.full(snap.capacity, -1, np.int16)
+        hint[rows] = card
+        state.write(CARD_HINT, hint)
+    return out, card
+
+
+def allowed_of(state: CycleState, snap: NodeColumns, pod: PodInfo) -> NDArray[np.bool_]:
+    """The card models the pod accepts, by model id (GPUFit's PreFilter works it out)."""
     request = state.get(GPU_REQUEST)
-    allowed = request.allowed if request is not None else snap.allowed_models(req.gpu_models)
+    if request is not None:
+        return request.allowed
+    return snap.allowed_models(pod.request.gpu_models)
+
+
+def placement_terms(
+    cache: FragCache,
+    snap: NodeColumns,
+    pod: PodInfo,
+    rows: Rows,
+    allowed: NDArray[np.bool_],
+    *,
+    quantize: bool,
+    card_by_raw: bool = False,
+    cached: bool = True,
+) -> tuple[Scores, NDArray[np.int16]]:
+    """score_placements without the CARD_HINT: each row's score depends on that row, the
+    pod's shape and the target alone (GPUFragmentation caches it per shape, and passes
+    cached=False: FragCache's own term cache would then only repeat its bookkeeping)."""
+    req = pod.request
     if req.gpu_cards == 0 and req.gpu_mem_mib > 0:
-        value, card = _memory_share_delta(cache, snap, rows, pod, allowed, quantize, card_by_raw)
+        value, card = _memory_share_delta(
+            cache, snap, rows, pod, allowed, quantize, card_by_raw, cached
+        )
     else:
         value, card = cache.delta(
             snap,
@@ -212,11 +371,8 @@ def score_placements(
             allowed=allowed,
             quantize=quantize,
             card_by_raw=card_by_raw,
+            cached=cached,
         )
-    if req.gpu_cards == 0 and (req.gpu_milli > 0 or req.gpu_mem_mib > 0):
-        hint = np.full(snap.capacity, -1, np.int16)
-        hint[rows] = card
-        state.write(CARD_HINT, hint)
     if quantize:
         return value, card
     # Unquantised: the same sigmoid without the truncation, still in [0, 100].
@@ -232,6 +388,7 @@ def _memory_share_delta(
     allowed: NDArray[np.bool_],
     quantize: bool,
     card_by_raw: bool,
+    cached: bool = True,
 ) -> tuple[NDArray[np.float64], NDArray[np.int16]]:
     """A share asked by memory (gpusched.io/gpu-memory-mib, or a DRA claim's memory
     capacity) holds the compute share it implies on the card (model/share.py), which
@@ -255,6 +412,7 @@ def _memory_share_delta(
             allowed=allowed,
             quantize=quantize,
             card_by_raw=card_by_raw,
+            cached=cached,
         )
         value[sel] = v
         card[sel] = c

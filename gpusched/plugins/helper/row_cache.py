@@ -4,8 +4,14 @@ Workloads repeat a few pod shapes, and between two pods only the rows the cache 
 (a bind, a deletion, a node update) change (``NodeColumns.row_version``). A plugin whose
 per-row result depends only on that row and the request shape keeps the result per shape
 and recomputes just the changed rows: a pod then costs one vector compare of the row
-versions plus the changed rows, not a pass over every card column. GPUFit's summary and
-GPUFragmentation's card-price losses both use it.
+versions plus the changed rows, not a pass over every card column. GPUFit's summary,
+NVLinkTopology's scores and GPUFragmentation's FGD term, pack term and card-price losses
+use it.
+
+`get` keeps every row current (a Filter that reads all candidates). `rows` computes only the
+rows asked for that are not already current for the shape (a Score, whose candidate rows
+after filtering may be a handful: a first-seen shape then costs those rows, not the whole
+snapshot); a row changed since is marked not current and computed again when next asked.
 """
 
 from __future__ import annotations
@@ -25,8 +31,11 @@ class RowCache(Generic[T]):
     def __init__(self, max_shapes: int = 64) -> None:
         self.max_shapes = max_shapes
         self._entries: dict[Hashable, tuple[T, int]] = {}
+        # `rows` entries: the result, the snapshot version seen, and which rows are current.
+        self._lazy: dict[Hashable, tuple[T, int, NDArray[np.bool_]]] = {}
         self.full = 0
         self.partial = 0
+        self.computed_rows = 0  # rows computed by `rows`, for tests and benchmarks
 
     def get(
         self,
@@ -57,4 +66,35 @@ class RowCache(Generic[T]):
             # Least recently used first: dicts keep insertion order, and a hit re-inserts.
             self._entries.pop(next(iter(self._entries)))
         self._entries[key] = (value, snap.version)
+        return value
+
+    def rows(
+        self,
+        snap: NodeColumns,
+        shape: Hashable,
+        rows: NDArray[np.intp],
+        alloc: Callable[[], T],
+        recompute: Callable[[T, NDArray[np.intp]], None],
+    ) -> T:
+        """The result for `shape` with every row of `rows` current: `alloc()` makes an
+        empty (capacity-long) result for a new shape or after a resize, and `recompute`
+        fills the rows of `rows` not computed since they last changed. Other rows hold
+        whatever they held (stale or junk): read only `rows` from it."""
+        key = (shape, id(snap), snap.capacity)
+        entry = self._lazy.pop(key, None)
+        if entry is None:
+            value, current = alloc(), np.zeros(snap.capacity, np.bool_)
+            self.full += 1
+        else:
+            value, seen, current = entry
+            current &= snap.row_version <= seen
+            self.partial += 1
+        need = rows[~current[rows]]
+        if len(need):
+            recompute(value, need)
+            current[need] = True
+            self.computed_rows += len(need)
+        if len(self._lazy) >= self.max_shapes:
+            self._lazy.pop(next(iter(self._lazy)))  # least recently used, as in `get`
+        self._lazy[key] = (value, snap.version, current)
         return value

@@ -37,7 +37,8 @@ class VictimTable:
         self.k = 0
         self.c = 0
         self._rows: list[_Row | None] = []
-        self._versions: list[int] = []
+        # Each row's row_version when last read (-1: never), compared as one vector.
+        self._versions = np.zeros(0, np.int64)
         self._membership = -1
         self.uid_slot: dict[str, tuple[int, int]] = {}
         self.pods: list[list[PodInfo | None]] = []
@@ -61,7 +62,7 @@ class VictimTable:
         self.tenant = np.full((n, k), -1, np.int64)
         self.pods = [[None] * k for _ in range(n)]
         self._rows = [None] * n
-        self._versions = [-1] * n
+        self._versions = np.full(n, -1, np.int64)
         self.uid_slot = {}
 
     def refresh(self, handle: Handle, tenant_id: dict[str, int], *, full: bool = True) -> None:
@@ -88,7 +89,7 @@ class VictimTable:
                 listed = self._list(handle, True)  # every row moved: read them all
         for row, name, pods in listed:
             old = self._rows[row]
-            self._versions[row] = int(versions[row])
+            self._versions[row] = versions[row]
             if old is not None and old.name == name and _same(old.pods, pods):
                 continue
             self._fill(handle, row, name, pods, tenant_id)
@@ -97,9 +98,11 @@ class VictimTable:
         snap = handle.snapshot
         versions = snap.row_version
         out = []
-        for row in range(len(snap.node_valid)):
-            if not full and self._versions[row] == versions[row]:
-                continue
+        n = len(snap.node_valid)
+        # The rows whose version moved, found in one vector compare: a Python loop over
+        # every row cost ~0.35 ms per refused pod at 1,200 nodes.
+        todo = range(n) if full else np.flatnonzero(self._versions[:n] != versions[:n]).tolist()
+        for row in todo:
             name = snap.names[row] if snap.node_valid[row] else ""
             out.append((row, name, tuple(handle.pods_on_node(name)) if name else ()))
         return out
@@ -123,7 +126,7 @@ class VictimTable:
             name = snap.names[row] if snap.node_valid[row] else ""
             pods = tuple(handle.pods_on_node(name)) if name else ()
             if len(pods) > self.k:
-                self._versions = [-1] * self.n
+                self._versions = np.full(self.n, -1, np.int64)
                 self.refresh(handle, tenant_id)
                 return
             self._fill(handle, row, name, pods, tenant_id)

@@ -5,7 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gpusched.kernels.fgd import fgd_delta_nb, fgd_delta_np, fgd_refresh_nb, fgd_refresh_np
+from gpusched.kernels.fgd import (
+    fgd_delta_nb,
+    fgd_delta_np,
+    fgd_refresh_nb,
+    fgd_refresh_np,
+    fgd_refresh_rows_nb,
+    fgd_refresh_rows_np,
+)
 from tests.builders import fgd_columns
 
 
@@ -196,3 +203,41 @@ def test_delta_matches_direct_shared_pod() -> None:
         else:
             assert v[i] == pytest.approx(best[0])
             assert c[i] == best[1]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_refresh_rows_twins_equal_a_full_refresh(seed: int) -> None:
+    """After some rows change, refreshing just those rows (kernel and twin) leaves the same
+    statistics as a forced refresh of every row, and counts only the rows really stale."""
+    cl = fgd_columns(seed)
+    cls = _classes(seed)
+    n, k = len(cl["count"]), len(cls[0])
+    want = None
+    for fn in (fgd_refresh_rows_nb, fgd_refresh_rows_np):
+        rng = np.random.default_rng(seed)  # the same changes for both
+        cnt = np.zeros((n, k), np.int16)
+        fs = np.zeros((n, k), np.int64)
+        before = np.zeros(n)
+        seen_f = np.zeros_like(cl["free"])
+        seen_c = np.zeros(n, np.int64)
+        free, cpu = cl["free"].copy(), cl["cpu"].copy()
+        cols = (cl["valid"], free, cl["count"], cl["model"], cpu)
+        fgd_refresh_nb(True, *cols, seen_f, seen_c, *cls, cnt, fs, before)
+        changed = np.random.default_rng(seed + 7).choice(n, 5, replace=False)
+        free[changed[:3]] = rng.integers(0, 1001, (3, free.shape[1]), dtype=np.int32)
+        cpu[changed[3]] -= 1000
+        rows = np.sort(changed).astype(np.intp)
+        stale = int(cl["valid"][changed].sum())
+        assert 1 <= fn(rows, *cols, seen_f, seen_c, *cls, cnt, fs, before) <= stale
+        assert fn(rows, *cols, seen_f, seen_c, *cls, cnt, fs, before) == 0  # all current
+        full = (np.zeros((n, k), np.int16), np.zeros((n, k), np.int64), np.zeros(n))
+        fgd_refresh_np(
+            True, *cols, np.zeros_like(free), np.zeros(n, np.int64), *cls, *full
+        )  # fmt: skip
+        for got, ref in zip((cnt, fs, before), full, strict=True):
+            np.testing.assert_array_equal(got[cl["valid"]], ref[cl["valid"]])
+        if want is None:
+            want = (cnt, fs, before)
+        else:
+            for a, b in zip(want, (cnt, fs, before), strict=True):
+                np.testing.assert_array_equal(a, b)

@@ -53,3 +53,29 @@ def test_shapes_are_bounded_least_recently_used_first() -> None:
         cache.get(snap, shape, compute_all, recompute)
     # "b" was evicted by "c" (a was used more recently), so it is computed again.
     assert calls == ["all", "all", "all", "all"]
+
+
+def test_rows_computes_only_rows_asked_and_not_current() -> None:
+    snap = Snapshot(4, capacity=16)
+    cache: RowCache[NDArray[np.int64]] = RowCache()
+    calls: list[str] = []
+    _, recompute = _doubler(snap, calls)
+
+    def alloc() -> NDArray[np.int64]:
+        return np.zeros(snap.capacity, np.int64)
+
+    def ask(*rows: int) -> NDArray[np.int64]:
+        return cache.rows(snap, "shape", np.array(rows, np.intp), alloc, recompute)
+
+    snap.node_cpu_free[:] = np.arange(16)
+    ask(1, 2)
+    ask(1, 2, 3)  # 1 and 2 are current: only 3
+    snap.node_cpu_free[2] = 100
+    snap.touch(2)
+    out = ask(1, 2, 3)
+    assert out[2] == 200 and out[3] == 6
+    ask(5)
+    assert calls == ["rows [1, 2]", "rows [3]", "rows [2]", "rows [5]"]
+    assert (cache.full, cache.partial, cache.computed_rows) == (1, 3, 5)
+    ask(1, 2, 3, 5)
+    assert len(calls) == 4  # nothing changed since: nothing computed
