@@ -44,7 +44,78 @@ import math
 import numpy as np
 import numpy.typing as npt
 
-from gpusched.kernels._jit import njit_kernel
+from gpusched.kernels._jit import Int, njit_inline, njit_kernel
+
+
+@njit_inline
+def _refresh_row(
+    r: Int,
+    force: bool,
+    node_valid: npt.NDArray[np.bool_],
+    card_free_milli: npt.NDArray[np.int32],
+    node_card_count: npt.NDArray[np.int16],
+    card_model: npt.NDArray[np.int16],
+    node_cpu_free: npt.NDArray[np.int64],
+    seen_free: npt.NDArray[np.int32],
+    seen_cpu: npt.NDArray[np.int64],
+    cls_cpu: npt.NDArray[np.int64],
+    cls_milli: npt.NDArray[np.int64],
+    cls_num: npt.NDArray[np.int64],
+    cls_p: npt.NDArray[np.float64],
+    cls_access: npt.NDArray[np.bool_],
+    cnt: npt.NDArray[np.int16],
+    fs: npt.NDArray[np.int64],
+    before: npt.NDArray[np.float64],
+) -> bool:
+    """Recompute row ``r``'s statistics if it changed since last seen (or ``force``);
+    returns whether it did. Shared by both refresh kernels so the two cannot drift."""
+    n_cards = card_free_milli.shape[1]
+    n_cls = cls_p.shape[0]
+    n_models = cls_access.shape[1]
+    if not node_valid[r]:
+        before[r] = 0.0
+        return False
+    stale = force or node_cpu_free[r] != seen_cpu[r]
+    if not stale:
+        for c in range(n_cards):
+            if card_free_milli[r, c] != seen_free[r, c]:
+                stale = True
+                break
+    if not stale:
+        return False
+    seen_cpu[r] = node_cpu_free[r]
+    for c in range(n_cards):
+        seen_free[r, c] = card_free_milli[r, c]
+    k = np.int64(node_card_count[r])
+    g = np.int64(0)
+    for c in range(k):
+        g += np.int64(card_free_milli[r, c])
+    model = np.int64(card_model[r, 0]) if k > 0 else np.int64(-1)
+    cpu = node_cpu_free[r]
+    total = 0.0
+    for m in range(n_cls):
+        mm = cls_milli[m]
+        if mm == 0 or model < 0 or model >= n_models or not cls_access[m, model]:
+            cnt[r, m] = 0
+            fs[r, m] = 0
+            total += cls_p[m] * np.float64(g)
+            continue
+        cn = 0
+        s = np.int64(0)
+        for c in range(k):
+            left = np.int64(card_free_milli[r, c])
+            if left >= mm:
+                cn += 1
+            else:
+                s += left
+        cnt[r, m] = cn
+        fs[r, m] = s
+        if cn >= cls_num[m] and cpu >= cls_cpu[m]:
+            total += cls_p[m] * np.float64(s)
+        else:
+            total += cls_p[m] * np.float64(g)
+    before[r] = total
+    return True
 
 
 @njit_kernel
@@ -67,56 +138,28 @@ def fgd_refresh_nb(
     before: npt.NDArray[np.float64],
 ) -> int:
     """Recompute the statistics of changed rows (all rows if ``force``); returns how many."""
-    n_rows = card_free_milli.shape[0]
-    n_cards = card_free_milli.shape[1]
-    n_cls = cls_p.shape[0]
-    n_models = cls_access.shape[1]
     done = 0
-    for r in range(n_rows):
-        if not node_valid[r]:
-            before[r] = 0.0
-            continue
-        stale = force or node_cpu_free[r] != seen_cpu[r]
-        if not stale:
-            for c in range(n_cards):
-                if card_free_milli[r, c] != seen_free[r, c]:
-                    stale = True
-                    break
-        if not stale:
-            continue
-        done += 1
-        seen_cpu[r] = node_cpu_free[r]
-        for c in range(n_cards):
-            seen_free[r, c] = card_free_milli[r, c]
-        k = np.int64(node_card_count[r])
-        g = np.int64(0)
-        for c in range(k):
-            g += np.int64(card_free_milli[r, c])
-        model = np.int64(card_model[r, 0]) if k > 0 else np.int64(-1)
-        cpu = node_cpu_free[r]
-        total = 0.0
-        for m in range(n_cls):
-            mm = cls_milli[m]
-            if mm == 0 or model < 0 or model >= n_models or not cls_access[m, model]:
-                cnt[r, m] = 0
-                fs[r, m] = 0
-                total += cls_p[m] * np.float64(g)
-                continue
-            cn = 0
-            s = np.int64(0)
-            for c in range(k):
-                left = np.int64(card_free_milli[r, c])
-                if left >= mm:
-                    cn += 1
-                else:
-                    s += left
-            cnt[r, m] = cn
-            fs[r, m] = s
-            if cn >= cls_num[m] and cpu >= cls_cpu[m]:
-                total += cls_p[m] * np.float64(s)
-            else:
-                total += cls_p[m] * np.float64(g)
-        before[r] = total
+    for r in range(card_free_milli.shape[0]):
+        if _refresh_row(
+            r,
+            force,
+            node_valid,
+            card_free_milli,
+            node_card_count,
+            card_model,
+            node_cpu_free,
+            seen_free,
+            seen_cpu,
+            cls_cpu,
+            cls_milli,
+            cls_num,
+            cls_p,
+            cls_access,
+            cnt,
+            fs,
+            before,
+        ):
+            done += 1
     return done
 
 
@@ -194,56 +237,28 @@ def fgd_refresh_rows_nb(
 ) -> int:
     """:func:`fgd_refresh_nb` (unforced) over the rows of ``rows`` only; returns how many
     of them were stale."""
-    n_cards = card_free_milli.shape[1]
-    n_cls = cls_p.shape[0]
-    n_models = cls_access.shape[1]
     done = 0
     for i in range(rows.shape[0]):
-        r = rows[i]
-        if not node_valid[r]:
-            before[r] = 0.0
-            continue
-        stale = node_cpu_free[r] != seen_cpu[r]
-        if not stale:
-            for c in range(n_cards):
-                if card_free_milli[r, c] != seen_free[r, c]:
-                    stale = True
-                    break
-        if not stale:
-            continue
-        done += 1
-        seen_cpu[r] = node_cpu_free[r]
-        for c in range(n_cards):
-            seen_free[r, c] = card_free_milli[r, c]
-        k = np.int64(node_card_count[r])
-        g = np.int64(0)
-        for c in range(k):
-            g += np.int64(card_free_milli[r, c])
-        model = np.int64(card_model[r, 0]) if k > 0 else np.int64(-1)
-        cpu = node_cpu_free[r]
-        total = 0.0
-        for m in range(n_cls):
-            mm = cls_milli[m]
-            if mm == 0 or model < 0 or model >= n_models or not cls_access[m, model]:
-                cnt[r, m] = 0
-                fs[r, m] = 0
-                total += cls_p[m] * np.float64(g)
-                continue
-            cn = 0
-            s = np.int64(0)
-            for c in range(k):
-                left = np.int64(card_free_milli[r, c])
-                if left >= mm:
-                    cn += 1
-                else:
-                    s += left
-            cnt[r, m] = cn
-            fs[r, m] = s
-            if cn >= cls_num[m] and cpu >= cls_cpu[m]:
-                total += cls_p[m] * np.float64(s)
-            else:
-                total += cls_p[m] * np.float64(g)
-        before[r] = total
+        if _refresh_row(
+            rows[i],
+            False,
+            node_valid,
+            card_free_milli,
+            node_card_count,
+            card_model,
+            node_cpu_free,
+            seen_free,
+            seen_cpu,
+            cls_cpu,
+            cls_milli,
+            cls_num,
+            cls_p,
+            cls_access,
+            cnt,
+            fs,
+            before,
+        ):
+            done += 1
     return done
 
 
