@@ -38,6 +38,7 @@ from gpusched.plugins.helper.gpu_state import (
     GPU_SUMMARY,
     GpuRequest,
     SummaryCache,
+    card_columns,
     gpu_request,
     restrict,
 )
@@ -146,12 +147,7 @@ class GPUFit:
             state.write(ALLOCATION, Allocation(node, row, (hinted,), (milli,), (mem,)))
             return Status()
         cards = choose_cards(
-            snap.card_free_milli,
-            snap.card_free_mem,
-            snap.card_total_mem,
-            snap.card_model,
-            snap.card_healthy,
-            snap.card_island,
+            *card_columns(snap),
             # Cool cards first among equally good ones (NaN everywhere: today's choice).
             snap.card_temp,
             row,

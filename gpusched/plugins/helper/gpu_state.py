@@ -78,15 +78,33 @@ def gpu_request(snap: NodeColumns, pod: PodInfo) -> GpuRequest | None:
     )
 
 
-def compute_summary(snap: NodeColumns, request: GpuRequest, candidates: Mask) -> GpuSummary:
-    out = GpuSummary.empty(snap.capacity)
-    out.fitting = gpu_summary(
+CardColumns = tuple[
+    NDArray[np.int32],
+    NDArray[np.int32],
+    NDArray[np.int32],
+    NDArray[np.int16],
+    NDArray[np.bool_],
+    NDArray[np.int8],
+]
+
+
+def card_columns(snap: NodeColumns) -> CardColumns:
+    """The per-card columns every card-choosing kernel reads, in the kernels' order
+    (gpu_summary, gpu_summary_rows, choose_cards): one list, so the callers cannot disagree."""
+    return (
         snap.card_free_milli,
         snap.card_free_mem,
         snap.card_total_mem,
         snap.card_model,
         snap.card_healthy,
         snap.card_island,
+    )
+
+
+def compute_summary(snap: NodeColumns, request: GpuRequest, candidates: Mask) -> GpuSummary:
+    out = GpuSummary.empty(snap.capacity)
+    out.fitting = gpu_summary(
+        *card_columns(snap),
         snap.node_valid,
         candidates,
         request.cards,
@@ -131,12 +149,7 @@ def _recompute_rows(
     snap: NodeColumns, request: GpuRequest, summary: GpuSummary, rows: NDArray[np.intp]
 ) -> None:
     gpu_summary_rows(
-        snap.card_free_milli,
-        snap.card_free_mem,
-        snap.card_total_mem,
-        snap.card_model,
-        snap.card_healthy,
-        snap.card_island,
+        *card_columns(snap),
         snap.node_valid,
         rows,
         request.cards,
