@@ -287,10 +287,13 @@ class KubeDisruption:
             return write_failure("preempt (DisruptionTarget)", victim, exc)
         if (fenced := self._fenced("the preemption", victim)) is not None:
             return fenced
-        # The budgets' versions before the deletion: any newer status was written after it
-        # was sent (one written because of it may arrive before its answer does).
+        # The budgets' versions and counts before the deletion. A status newer than these
+        # that arrives before its answer was written while it was in flight: because of it
+        # (the controller saw the victim terminating: fewer disruptions allowed), or for
+        # another reason that still counts the victim healthy (a new pod matched, as a
+        # preemptor just created does for a namespace-wide budget).
         versions = {
-            b.key: pdb.resource_version
+            b.key: (pdb.resource_version, pdb.disruptions_allowed)
             for b in self.budgets_of(victim)
             if (pdb := self._budget(b.key)) is not None
         }
@@ -309,13 +312,19 @@ class KubeDisruption:
             return write_failure("preempt (delete)", victim, exc)
         self.evicted += 1
         now = self.clock()
-        for key, version in versions.items():
+        for key, (version, allowed_before) in versions.items():
             pdb = self._budget(key)
-            if pdb is not None and pdb.resource_version == version:
-                # Expired entries go here too: a budget the controller never rewrites (not
-                # the first of its pods') would otherwise keep them forever.
-                kept = [p for p in self.pending.get(key, ()) if now - p.at < PENDING_SECONDS]
-                self.pending[key] = [*kept, _Pending(victim.uid, version, now)]
+            if pdb is None:
+                continue
+            if pdb.resource_version != version and pdb.disruptions_allowed < allowed_before:
+                continue  # the newer status counts the deletion already
+            # Otherwise the victim is still counted healthy: subtract it until the status
+            # changes again. Erring this way holds back a preemption at worst; the other
+            # way would let one more pod go than the budget allows. Expired entries go here
+            # too: a budget the controller never rewrites (not the first of its pods')
+            # would otherwise keep them forever.
+            kept = [p for p in self.pending.get(key, ()) if now - p.at < PENDING_SECONDS]
+            self.pending[key] = [*kept, _Pending(victim.uid, pdb.resource_version, now)]
         log.info(
             "preempted %s (uid %s) for %s on node %s", victim.key, victim.uid, preemptor.key, node
         )

@@ -263,6 +263,32 @@ async def test_a_status_written_while_the_deletion_is_answered_already_counts_it
     assert [b.disruptions_allowed for b in p.budgets_of(a2)] == [1]
 
 
+async def test_a_status_rewritten_during_the_deletion_for_another_pod_still_counts_it_healthy() -> (
+    None
+):
+    # A namespace-wide budget is rewritten while the DELETE is in flight because the
+    # preemptor itself was just created (one more pod expected, the same count healthy):
+    # that status still counts the victim, so our eviction must still be subtracted.
+    class _Racing(FakeKube):
+        port: KubeDisruption
+
+        async def request(self, method: str, path: str, **kw: Any) -> dict[str, Any]:
+            if method == "DELETE":
+                seen(self.port, pdb("all", {}, allowed=3, rv="11"))
+            return await super().request(method, path, **kw)
+
+    kube = _Racing(list)
+    p = port(kube)
+    kube.port = p
+    seen(p, pdb("all", {}, allowed=3, rv="10"))
+    assert (await p.evict(pod("a1"), preemptor=pod("big"), node="n1", message="")).is_success()
+    assert [e.resource_version for e in p.pending["ns/all"]] == ["11"]
+    assert [b.disruptions_allowed for b in p.budgets_of(pod("a2"))] == [2]
+    # The controller's next count includes the deletion: ours is no longer subtracted.
+    seen(p, pdb("all", {}, allowed=2, rv="12"))
+    assert [b.disruptions_allowed for b in p.budgets_of(pod("a2"))] == [2]
+
+
 async def test_expired_uncounted_evictions_are_forgotten() -> None:
     t = [0.0]
     kube = FakeKube(list)
