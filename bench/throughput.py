@@ -50,6 +50,7 @@ import argparse
 import asyncio
 import dataclasses
 import itertools
+import math
 import os
 import random
 import shutil
@@ -542,6 +543,12 @@ def _mean(values: list[float]) -> float:
     return float(np.mean(values)) if values else float("nan")
 
 
+def _f(x: float, spec: str) -> str:
+    """``x`` formatted, or "-" when it is NaN: a run shorter than three seconds has no
+    whole-second sample between the skipped first and last ones."""
+    return "-" if math.isnan(x) else format(x, spec)
+
+
 def table(scenario: str, results: dict[str, RunResult], s: Settings) -> str:
     lines = []
     any_result = next(iter(results.values()))
@@ -559,9 +566,9 @@ def table(scenario: str, results: dict[str, RunResult], s: Settings) -> str:
     lines.append(head)
     for which, r in results.items():
         lines.append(
-            f"{LABEL[which]:16}{r.bound:>7}{_mean(r.throughput):>10.1f}"
-            f"{_pct(r.throughput, 50):>7.0f}{_pct(r.throughput, 90):>7.0f}"
-            f"{_pct(r.throughput, 99):>7.0f}{r.overall:>9.1f}"
+            f"{LABEL[which]:16}{r.bound:>7}{_f(_mean(r.throughput), '.1f'):>10}"
+            f"{_f(_pct(r.throughput, 50), '.0f'):>7}{_f(_pct(r.throughput, 90), '.0f'):>7}"
+            f"{_f(_pct(r.throughput, 99), '.0f'):>7}{r.overall:>9.1f}"
             f"{_pct(r.latency, 50) * 1000:>7.0f}ms{_pct(r.latency, 99) * 1000:>7.0f}ms"
             f"{r.cpu.get('scheduler', 0):>10.1f}s{r.cpu.get(APISERVER, 0):>7.1f}s"
             f"{r.cpu.get('etcd', 0):>6.1f}s{r.cpu.get('kwok', 0):>6.1f}s"
@@ -572,7 +579,8 @@ def table(scenario: str, results: dict[str, RunResult], s: Settings) -> str:
     if "base" in results and "gpusched" in results:
         b, g = results["base"], results["gpusched"]
         lines.append(
-            f"gpusched / gpusched@base: throughput {_mean(g.throughput) / _mean(b.throughput):.2f}x"
+            "gpusched / gpusched@base: throughput"
+            f" {_f(_mean(g.throughput) / _mean(b.throughput), '.2f')}x"
             f" (mean of samples), {g.overall / b.overall:.2f}x (overall);"
             f" p99 latency {_pct(g.latency, 99) / _pct(b.latency, 99):.2f}x"
         )
@@ -582,7 +590,7 @@ def table(scenario: str, results: dict[str, RunResult], s: Settings) -> str:
         lat = _pct(g.latency, 99) / _pct(k.latency, 99)
         cpu = g.cpu.get("scheduler", 0) / max(k.cpu.get("scheduler", 0), 1e-9)
         lines.append(
-            f"gpusched / kube-scheduler: throughput {ratio:.2f}x (mean of samples),"
+            f"gpusched / kube-scheduler: throughput {_f(ratio, '.2f')}x (mean of samples),"
             f" {g.overall / k.overall:.2f}x (overall); p99 latency {lat:.2f}x"
             f"; scheduler CPU {cpu:.2f}x"
         )
@@ -695,7 +703,7 @@ def main(argv: list[str] | None = None) -> int:
             r = results[which]
             _log(
                 f"{scenario}-{which}: {r.bound}/{r.pods} bound in {r.seconds:.1f}s,"
-                f" {_mean(r.throughput):.1f} pods/s"
+                f" {_f(_mean(r.throughput), '.1f')} pods/s"
             )
             if r.profile:
                 profiles.append(profile_summary(Path(r.profile)))
