@@ -387,6 +387,7 @@ class Daemon:
                 on_change=lambda leading: self.metrics.leader.set(1 if leading else 0),
             )
             self.schedule_one.fence = self._fence
+            self.writer.fence = self._fence
         self.failed = False  # a core task died: `gpusched run` exits 1
         self.reload: ConfigReload | None = None
         self.metrics.config_generation.set(1)  # without a watched file it stays the first

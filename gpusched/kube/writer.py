@@ -212,6 +212,8 @@ class ClusterWriter:
         self._conditions: dict[str, tuple[str, str]] = {}  # pod uid -> (reason, message)
         self.writes = 0
         self._write_slots = asyncio.Semaphore(MAX_WRITES_IN_FLIGHT)
+        # The leader Lease's fence (the daemon sets it): a reason not to write, or None.
+        self.fence: Callable[[], str | None] | None = None
         self._report_slots = asyncio.Semaphore(MAX_REPORTS_IN_FLIGHT)
 
     async def _report(self, method: str, path: str, body: object, content_type: str) -> JSON:
@@ -234,6 +236,12 @@ class ClusterWriter:
         try:
             async with self._write_slots:
                 await self.bucket.acquire()
+                # ScheduleOne checked the fence before Bind, but a Binding may then wait
+                # here for a slot and a token behind a backlog: check it again right before
+                # the request, so a deposed leader sends nothing.
+                if self.fence is not None and (reason := self.fence()) is not None:
+                    why = f"bind {pod.key}: not sent: {reason}"
+                    return Status(Code.ERROR, (why,), "", WriteError(0, why, sent=False))
                 self.writes += 1
                 await bind_pod(
                     self.kube, pod.namespace, pod.name, node, uid=pod.uid, annotations=annotations

@@ -97,6 +97,19 @@ async def test_the_card_assignment_travels_in_the_binding() -> None:
     assert not hasattr(writer, "annotate")
 
 
+async def test_a_binding_that_waited_past_the_lease_is_not_sent() -> None:
+    kube = FakeKube(list)
+    writer = ClusterWriter(kube)  # type: ignore[arg-type]
+    lost: list[str] = []
+    writer.fence = lambda: lost[0] if lost else None
+    assert (await writer.bind(_pod(), "n1")).is_success()
+    lost.append("the Lease was not renewed within renewDeadline")
+    st = await writer.bind(_pod(), "n1")
+    assert not st.is_success() and not outcome_unknown(st) and not final(st)
+    assert "not sent: the Lease was not renewed" in st.reasons[0]
+    assert kube.requests == [("POST", "/api/v1/namespaces/ns/pods/p/binding")]
+
+
 class _Refuses(FakeKube):
     async def post(self, path: str, body: object, **kw: object) -> dict[str, object]:
         raise ApiError("POST", path, 409, "{}")
