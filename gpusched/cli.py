@@ -1,4 +1,4 @@
-"""The `gpusched` command: simulate | run | agent | check-config."""
+"""The `gpusched` command: simulate | variants | run | agent | check-config."""
 
 from __future__ import annotations
 
@@ -57,10 +57,18 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
         return _cmd_simulate_demo(args)
     from gpusched.config import ConfigError
     from gpusched.sim.openb import TraceFormatError
+    from gpusched.sim.variants import VariantError, resolve
 
     problem = _trace_problem(args)
     if problem is not None:
         return _fail("simulate", problem)
+    if args.variant is not None:
+        if args.protocol != "fgd":
+            return _fail("simulate", "--variant works with --protocol fgd only")
+        try:
+            resolve(args.variant)  # a bad name fails here, before the trace is read
+        except VariantError as exc:
+            return _fail("simulate", f"--variant: {exc}")
     try:
         if args.protocol == "fgd":
             return _cmd_simulate_fgd(args)
@@ -78,6 +86,9 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
         return _fail("simulate", f"malformed trace: {exc}; fix the file or pass another --pods")
     except ConfigError as exc:
         return _fail("simulate", f"--config: {exc}")
+    except VariantError as exc:
+        # e.g. drop-<MODEL> of a model the node list does not have
+        return _fail("simulate", f"--variant: {exc}")
     except OSError as exc:
         return _fail("simulate", f"{exc.filename or ''}: {exc.strerror or exc}")
 
@@ -94,6 +105,7 @@ def _cmd_simulate_fgd(args: argparse.Namespace) -> int:
         parse_policies,
         parse_seeds,
         run_seed,
+        variant_trace,
     )
     from gpusched.sim.fgd_workload import build_workload
 
@@ -101,7 +113,9 @@ def _cmd_simulate_fgd(args: argparse.Namespace) -> int:
     if args.trace_dir is None:
         console.print("--protocol fgd needs --trace-dir (e.g. ../shared/traces/openb)")
         return 2
-    trace = load_trace(args.trace_dir, args.pods)
+    trace = load_trace(args.trace_dir, args.pods, args.nodes)
+    if args.variant is not None:
+        trace = variant_trace(trace, args.variant, args.variant_seed, args.trace_dir)
     seeds = parse_seeds(args.seeds or "42-51")
     registry = default_registry()
     # Profiles of a configuration file are measured as policies named by schedulerName.
@@ -165,6 +179,76 @@ def _cmd_simulate_fgd(args: argparse.Namespace) -> int:
     if args.plot_out:
         fgd_report.write_plot(args.plot_out, trace.name, results)
     return 0 if errors == 0 else 1
+
+
+def _cmd_variants_list(args: argparse.Namespace) -> int:
+    from gpusched.sim.variants import VARIANTS
+
+    width = max(len(n) for n in VARIANTS)
+    for v in VARIANTS.values():
+        base = v.base.removeprefix("openb_pod_list_").removesuffix(".csv")
+        print(f"{v.name:<{width}}  (base {base})  {v.description}")
+    print(
+        f"{'drop-<MODEL>':<{width}}  any GPU model of the node list; scarce-<MODEL> likewise;"
+        " A+B applies A then B"
+    )
+    return 0
+
+
+def _git_checkout_of(path: Path) -> Path | None:
+    """The git checkout (a directory holding .git, a worktree's file included) containing
+    `path`, if any: trace data must never land in one (it is not ours to commit)."""
+    for parent in (path, *path.parents):
+        if (parent / ".git").exists():
+            return parent
+    return None
+
+
+def _cmd_variants_write(args: argparse.Namespace) -> int:
+    from gpusched.sim.openb import TraceFormatError, load_nodes, load_pods, write_nodes, write_pods
+    from gpusched.sim.variants import VARIANTS, VariantError, apply_variant, base_of, variant_label
+
+    out = Path(args.out).resolve()
+    checkout = _git_checkout_of(out)
+    if checkout is not None:
+        return _fail(
+            "variants write",
+            f"--out {args.out} is inside the git checkout {checkout}; the trace must never be"
+            " copied into a repository: write outside it (e.g. /tmp/openb-variants)",
+        )
+    if not Path(args.trace_dir).is_dir():
+        return _fail("variants write", f"--trace-dir {args.trace_dir} is not a directory")
+    names = args.names or list(VARIANTS)
+    try:
+        bases = {n: args.pods or base_of(n) for n in names}
+        out.mkdir(parents=True, exist_ok=True)
+        nodes = load_nodes(args.trace_dir, args.nodes)
+        for name in names:
+            base = bases[name]
+            pods, vnodes = apply_variant(
+                name,
+                load_pods(args.trace_dir, base),
+                nodes,
+                args.variant_seed,
+                trace_dir=args.trace_dir,
+            )
+            stem = Path(base).stem.removeprefix("openb_pod_list_")
+            label = f"{stem}+{variant_label(name, args.variant_seed)}"
+            pod_file = write_pods(out / f"openb_pod_list_{label}.csv", pods)
+            node_file = write_nodes(out / f"openb_node_list_{label}.csv", vnodes)
+            print(
+                f"{label}: {pod_file.name} ({len(pods)} pods),"
+                f" {node_file.name} ({len(vnodes)} nodes)"
+            )
+    except VariantError as exc:
+        return _fail("variants write", str(exc))
+    except FileNotFoundError as exc:
+        return _fail("variants write", f"{exc}; check --trace-dir, --pods and --nodes")
+    except TraceFormatError as exc:
+        return _fail("variants write", f"malformed trace: {exc}")
+    except OSError as exc:
+        return _fail("variants write", f"{exc.filename or ''}: {exc.strerror or exc}")
+    return 0
 
 
 def _cmd_simulate_demo(args: argparse.Namespace) -> int:
@@ -392,6 +476,22 @@ def build_parser() -> argparse.ArgumentParser:
     fgd.add_argument("--trace-dir", help="directory of the openb CSV files")
     fgd.add_argument("--pods", default="openb_pod_list_default.csv", help="pod list file")
     fgd.add_argument(
+        "--nodes",
+        default="openb_node_list_gpu_node.csv",  # openb.DEFAULT_NODE_FILE
+        help="fgd: node list file (e.g. one `gpusched variants write` wrote for a fleet variant)",
+    )
+    fgd.add_argument(
+        "--variant",
+        help="fgd: run on a workload variant of --pods (gpusched/sim/variants.py; `gpusched"
+        " variants list`), e.g. spec33 or spec33+cpu250; the trace is named <pods>+<variant>",
+    )
+    fgd.add_argument(
+        "--variant-seed",
+        type=_NON_NEGATIVE_INT,
+        default=0,  # variants.DEFAULT_SEED
+        help="the variant's own seed (which pods change), independent of --seeds (default 0)",
+    )
+    fgd.add_argument(
         "--seeds", type=_seeds, help="e.g. 42-51 or 42,43 (default: fgd 42-51, replay 1)"
     )
     fgd.add_argument(
@@ -534,6 +634,31 @@ def build_parser() -> argparse.ArgumentParser:
     )
     agent.add_argument("--log-level", default="info", help="debug, info, warning, error")
     agent.set_defaults(func=_cmd_agent)
+
+    var = sub.add_parser(
+        "variants", help="workload variants of the openb traces (docs/workload-variants.md)"
+    )
+    vsub = var.add_subparsers(dest="variants_command", required=True)
+    vlist = vsub.add_parser("list", help="print the variants' names and descriptions")
+    vlist.set_defaults(func=_cmd_variants_list)
+    vwrite = vsub.add_parser(
+        "write", help="write each variant's pod list and node list (openb CSV) into --out"
+    )
+    vwrite.add_argument("--trace-dir", required=True, help="directory of the openb CSV files")
+    vwrite.add_argument(
+        "--out", required=True, help="output directory, outside any git checkout (created)"
+    )
+    vwrite.add_argument(
+        "--names", nargs="+", help="variants to write (default: every registered one)"
+    )
+    vwrite.add_argument(
+        "--pods", help="base pod list for every variant (default: each variant's own base)"
+    )
+    vwrite.add_argument("--nodes", default="openb_node_list_gpu_node.csv", help="node list file")
+    vwrite.add_argument(
+        "--variant-seed", type=_NON_NEGATIVE_INT, default=0, help="the variants' seed (default 0)"
+    )
+    vwrite.set_defaults(func=_cmd_variants_write)
 
     chk = sub.add_parser("check-config", help="validate a scheduler configuration file")
     chk.add_argument("file")

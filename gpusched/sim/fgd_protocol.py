@@ -50,6 +50,7 @@ from gpusched.sim.trace_dra import (
     drop_claim,
     placed_cards,
 )
+from gpusched.sim.variants import DEFAULT_SEED, apply_variant, variant_label
 
 # Policy name -> the name the published results use (reference CSV's ``policy`` column).
 PUBLISHED = {
@@ -80,11 +81,22 @@ class Trace:
 
 
 def load_trace(trace_dir: str | Path, pods_file: str, nodes_file: str = DEFAULT_NODE_FILE) -> Trace:
+    """A pod list and a node list (a fleet variant written by `gpusched variants write` comes
+    with its own) of `trace_dir`, named after the pod file."""
     stem = Path(pods_file).stem
     name = stem.removeprefix("openb_pod_list_")
     return Trace(
         name, tuple(load_nodes(trace_dir, nodes_file)), tuple(load_pods(trace_dir, pods_file))
     )
+
+
+def variant_trace(
+    trace: Trace, variant: str, seed: int = DEFAULT_SEED, trace_dir: str | Path | None = None
+) -> Trace:
+    """`trace` transformed by a workload variant (sim/variants.py), named `<trace>+<variant>`
+    (`@seed` added for a non-default variant seed), a name no published result has."""
+    pods, nodes = apply_variant(variant, trace.pods, trace.nodes, seed, trace_dir=trace_dir)
+    return Trace(f"{trace.name}+{variant_label(variant, seed)}", tuple(nodes), tuple(pods))
 
 
 def published_target(trace: Trace) -> tuple[TargetClass, ...]:

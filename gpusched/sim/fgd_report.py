@@ -74,6 +74,9 @@ def table(trace: str, results: Sequence[PolicyResult], published: Mapping[str, S
             f"published FGD {fgd.mean:.2f}%: 15% fewer unallocated GPUs is <= "
             f"{0.85 * fgd.mean:.2f}%"
         )
+    elif not published:
+        # A workload variant (sim/variants.py) or a trace the paper did not run.
+        t.caption = f"no published result for {trace}"
     return t
 
 
@@ -97,7 +100,7 @@ def to_json(
         if pub is not None:
             entry["published_unallocated_pct_at_100"] = {"mean": pub.mean, "std": pub.std}
         policies[r.policy] = entry
-    return {"trace": trace, "policies": policies}
+    return {"trace": trace, "published": bool(published), "policies": policies}
 
 
 def write_json(path: str | Path, data: Mapping[str, Any]) -> None:

@@ -8,9 +8,11 @@ repository (it is data, CC BY 4.0, kept under ``shared/traces/openb``):
   creation_time,deletion_time,scheduled_time``. Some published variants (``multigpu*``) carry
   only the first five columns, so the remaining ones are optional.
 
-Values are kept as the CSV states them. The conversions the FGD simulator applies on top
-(``gpu_milli`` clamping, ``gpu_spec`` clean-up, dropping GPU fields of CPU-only pods) belong to
-:mod:`gpusched.sim.fgd_workload`, so that other consumers can see the raw trace.
+Values are kept as the CSV states them; the writers (:func:`write_nodes`, :func:`write_pods`)
+produce files the loaders read back unchanged (``gpusched variants write``). The conversions
+the FGD simulator applies on top (``gpu_milli`` clamping, ``gpu_spec`` clean-up, dropping GPU
+fields of CPU-only pods) belong to :mod:`gpusched.sim.fgd_workload`, so that other consumers
+can see the raw trace.
 
 This module depends on nothing else in ``gpusched``: it is plain Python on purpose, so that a
 benchmark or a notebook can import it alone.
@@ -20,7 +22,7 @@ from __future__ import annotations
 
 import csv
 import os
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
@@ -36,6 +38,8 @@ __all__ = [
     "TracePod",
     "load_nodes",
     "load_pods",
+    "write_nodes",
+    "write_pods",
 ]
 
 DEFAULT_NODE_FILE = "openb_node_list_gpu_node.csv"
@@ -253,3 +257,24 @@ def load_pods(
     (file, line, column) for a malformed header or row.
     """
     return _load(directory, filename, POD_REQUIRED_COLUMNS, _pod, "name")
+
+
+def _write(path: Path, columns: tuple[str, ...], rows: Iterator[tuple[object, ...]]) -> Path:
+    with path.open("w", newline="", encoding="utf-8") as handle:
+        w = csv.writer(handle, lineterminator="\n")
+        w.writerow(columns)
+        w.writerows(["" if cell is None else cell for cell in row] for row in rows)
+    return path
+
+
+def write_nodes(path: str | os.PathLike[str], nodes: Iterable[TraceNode]) -> Path:
+    """Write a node list that :func:`load_nodes` reads back unchanged."""
+    return _write(
+        Path(path), NODE_COLUMNS, ((n.sn, n.cpu_milli, n.memory_mib, n.gpu, n.model) for n in nodes)
+    )
+
+
+def write_pods(path: str | os.PathLike[str], pods: Iterable[TracePod]) -> Path:
+    """Write a pod list (all columns) that :func:`load_pods` reads back unchanged."""
+    rows = (tuple(getattr(p, c) for c in POD_COLUMNS) for p in pods)
+    return _write(Path(path), POD_COLUMNS, rows)
