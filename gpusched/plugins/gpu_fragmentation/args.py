@@ -39,6 +39,10 @@ class GPUFragmentationArgs:
     # Points for keeping CPU next to idle GPU: the node's idle GPU that its remaining CPU
     # could not serve at the learnt workload's CPU per GPU is penalised (0 = off).
     cpu_balance_weight: float = 0.0
+    # GPU pods: points for a node whose GPU model model-constrained pods of the learnt
+    # workload need least (models.py: the share of the model's free cards they would take,
+    # re-estimated with the target). No constrained pod seen: no effect. 0 = off.
+    model_weight: float = 0.0
     # Shared pods: points for the card-price rule (prices.py): the card, and the node, on
     # which the pod loses the least of an optimal packing of the learnt size mix. At 90 it
     # decides, and the FGD score above only breaks its near-ties (docs/fgd-results.md).
@@ -73,6 +77,8 @@ class GPUFragmentationArgs:
             errors.append(
                 ("cpuBalanceWeight", f"must be in [0, 50], got {self.cpu_balance_weight}")
             )
+        if not 0 <= self.model_weight <= 50:
+            errors.append(("modelWeight", f"must be in [0, 50], got {self.model_weight}"))
         if not 0 <= self.price_weight <= 100:
             errors.append(("priceWeight", f"must be in [0, 100], got {self.price_weight}"))
         if self.price_refresh_pods < 1:

@@ -25,6 +25,7 @@ from gpusched.model.node import FULL_CARD_MILLI
 from gpusched.model.pod import PodInfo
 from gpusched.plugins.gpu_fragmentation.args import GPUFragmentationArgs
 from gpusched.plugins.gpu_fragmentation.learner import ShapeLearner
+from gpusched.plugins.gpu_fragmentation.models import model_pressure
 from gpusched.plugins.gpu_fragmentation.prices import CardPrices, LossCache
 from gpusched.plugins.helper.fgd_target import FragCache, allowed_of, placement_terms
 from gpusched.plugins.helper.gpu_state import CARD_HINT
@@ -54,6 +55,8 @@ class GPUFragmentation:
         self.scores: RowCache[tuple[Scores, NDArray[np.int16]]] = RowCache(self.args.cache_shapes)
         self._since_refresh = 0
         self._since_prices = 0
+        # Per model id, from the target and the free cards at its last refresh (models.py).
+        self.pressure = np.zeros(0, np.float64)
 
     def warm_start(self, pods: Sequence[PodInfo]) -> None:
         """A new leader learns the shapes of the pods already placed (oldest first, so the
@@ -64,12 +67,29 @@ class GPUFragmentation:
         if not learned:
             return
         self._since_refresh = self._since_prices = 0
-        self.cache.set_target(self.learner.target())
+        self._set_target()
         if self.args.price_weight > 0:
             try:
                 self.prices.update(self.learner.shared_mix(), self.learner.cpu_per_card())
             except Exception as exc:
                 log.warning("card prices not solved at warm start: %s", exc)
+
+    def _set_target(self) -> None:
+        self.cache.set_target(self.learner.target())
+        if self.args.model_weight > 0:
+            self.pressure = model_pressure(self.cache.classes, self.handle.snapshot)
+
+    def _model(self, out: Scores, rows: Rows) -> Scores:
+        """GPU pods: points for a node whose model constrained pods need least."""
+        pressure = self.pressure
+        if not len(pressure) or not pressure.any():
+            return out
+        model = self.handle.snapshot.card_model[rows, 0].astype(np.intp)
+        known = (model >= 0) & (model < len(pressure))
+        p = np.where(known, pressure[np.where(known, model, 0)], 0.0)
+        w = self.args.model_weight
+        res: Scores = out * (1.0 - w / 100.0) + w * (1.0 - np.minimum(p, 1.0))
+        return res
 
     def _learn(self, pod: PodInfo) -> None:
         if not self.learner.observe(pod.uid, pod.request):
@@ -80,7 +100,7 @@ class GPUFragmentation:
         seen = self.learner.seen
         due = self._since_refresh >= self.args.refresh_pods or (seen & (seen - 1)) == 0
         if due:
-            self.cache.set_target(self.learner.target())
+            self._set_target()
             self._since_refresh = 0
         if self.args.price_weight > 0:
             self._since_prices += 1
@@ -271,6 +291,8 @@ class GPUFragmentation:
             out = self._pack(out, pod, rows)
         if self.args.cpu_balance_weight > 0:
             out = self._cpu_balance(out, pod, rows)
+        if self.args.model_weight > 0 and (req.gpu_cards or req.gpu_milli):
+            out = self._model(out, rows)
         if req.gpu_cards == 0 and req.gpu_milli > 0:
             if self.args.price_weight > 0 and self.prices.ready:
                 # The optional card terms then judge the card the pod will really take.
