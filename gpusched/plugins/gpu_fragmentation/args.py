@@ -41,8 +41,9 @@ class GPUFragmentationArgs:
     cpu_balance_weight: float = 0.0
     # GPU pods: points for a node whose GPU model model-constrained pods of the learnt
     # workload need least (models.py: the share of the model's free cards they would take,
-    # re-estimated with the target). No constrained pod seen: no effect. 0 = off.
-    model_weight: float = 0.0
+    # re-estimated with the target). No constrained pod seen: no effect. 0 = off. 30 was
+    # chosen on seeds 42-46 of gpuspec10 and its spec33 variant (README: 20/30/40).
+    model_weight: float = 30.0
     # Shared pods: points for the card-price rule (prices.py): the card, and the node, on
     # which the pod loses the least of an optimal packing of the learnt size mix. At 90 it
     # decides, and the FGD score above only breaks its near-ties (docs/fgd-results.md).

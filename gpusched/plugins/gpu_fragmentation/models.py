@@ -34,7 +34,8 @@ def free_per_model(snap: NodeColumns) -> NDArray[np.float64]:
     cards = snap.node_valid[:, None] & snap.card_healthy & (snap.card_model != NO_CARD)
     model = snap.card_model[cards].astype(np.intp)
     free = snap.card_free_milli[cards].astype(np.float64)
-    return np.bincount(model, weights=free, minlength=m)[:m]
+    out: NDArray[np.float64] = np.bincount(model, weights=free, minlength=m)[:m].astype(np.float64)
+    return out
 
 
 def model_pressure(classes: Sequence[TargetClass], snap: NodeColumns) -> NDArray[np.float64]:
