@@ -15,7 +15,8 @@ relaxation over node groups and pod classes:
   cutting-stock duals of the arrived shared sizes and ``milli / 1000``. Any packing of shared
   pods onto a set of cards uses at least ``prices . counts`` of them (weak duality), so these
   are valid cuts per group;
-- the objective is the allocated GPU milli; a whole-card pod counts its cards x 1000.
+- the objective is the allocated GPU milli; a whole-card pod counts its cards x 1000; a
+  class holds at most what fits one node (by CPU, memory, cards) times the group's nodes.
 
 Relaxed on purpose, so the bound holds for every scheduler, online or offline: integrality,
 arrival order, and the rule that a pod that fits when it arrives must be placed (the LP may
@@ -23,13 +24,27 @@ refuse any GPU pod; that can only raise the allocation it finds, so the bound on
 weaker, never invalid). CPU-only pods are different: refusing them frees CPU for GPU pods,
 so a relaxation that may refuse them never sees CPU. What the protocol implies instead: a
 pod is dropped only when no node can take it, and free resources only shrink (pods never
-leave), so if a CPU-only pod of (c, m) was dropped by the sample, at the sample every node
-has free CPU < c or free memory < m. The bound takes, for each case, the maximum allocation:
-"no CPU-only pod dropped" (every arrived CPU-only pod placed), or "the smallest dropped
-CPU-only class, in (cpu, memory) order, is k": every class before k placed, and every node
-blocked for k, at least one pod of k dropped (per group, ``u`` nodes blocked by CPU use
-at least ``cpu - c + 1`` each, the other ``N - u`` at least ``memory - m + 1`` of memory).
-Every run falls in one case, so the largest optimum over the cases bounds its allocation.
+leave). Two consequences enter the LP:
+
+- :func:`surely_placed`: a CPU-only or shared pod that arrived while the pods before it
+  could not block every node (fractionally, by CPU, memory or, for a shared pod, GPU) was
+  placed by every run: a lower bound per class. This is the part that sees the CPU-only
+  pods' CPU: order-free, a run could always have taken its GPU pods first and turned the
+  CPU-only pods away once the nodes were full;
+- cases on the smallest dropped CPU-only class (in (cpu, memory) order): "none dropped"
+  (every arrived CPU-only pod placed), or "it is k": every CPU-only class before k wholly
+  placed, at least one pod of k dropped, and at the sample every node blocked for k (per
+  group, ``u`` nodes blocked by CPU use at least ``cpu - c + 1`` each, the other ``N - u``
+  at least ``memory - m + 1`` of memory). Every run falls in one case, so the largest
+  optimum over the cases bounds its allocation.
+
+Shared pods may be dropped freely in the LP (bar the surely placed ones): that is what
+makes the assumption-free bound weak (``assume="none"``; on openb's default trace ~3.0 %
+against ``lp``'s 3.8 %: the LP turns away the wasteful sizes, which a real run does only
+once no card has room). ``assume="shared"`` takes ``packing_bound.lp``'s assumption
+instead, every arrived shared pod that fits some node placed; the result is then at least
+``lp``'s waste for the same pods. Real runs break that assumption now and then (ai-scheduler
+on gpushare40 drops some shared pods of every size near 100 %, and sits below ``lp``).
 
 The protocol averages the samples whose arrived demand rounds to 100 % of capacity
 (``fgd_protocol.discrete_curve``). Allocation only grows, so with ``A`` the bound at the

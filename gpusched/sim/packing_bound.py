@@ -2,9 +2,9 @@
 
 At 100 % arrived demand the unallocated GPU is at least the packing waste of the shared
 (fractional, one-card) pods placed by then: a card holding a shared pod is never taken by
-a whole-card pod, so its free milli is idle. Three numbers per seed, all computed on the
-seed's arrival sequence (the protocol's, policy-independent) and ignoring nodes, CPU and
-GPU models, which can only add waste:
+a whole-card pod, so its free milli is idle. Five numbers per seed, all computed on the
+seed's arrival sequence (the protocol's, policy-independent); the first two and the last
+ignore nodes, CPU and GPU models, which can only add waste:
 
 - ``lp``: the cutting-stock LP bound on the waste of packing every shared pod that arrived
   by the first sample the protocol averages "at 100 %" (99.5 % arrived demand). A valid
@@ -19,11 +19,12 @@ GPU models, which can only add waste:
   stated assumption (other shared pods are placed, b-size pods are not dropped for CPU or
   model reasons), not a proof for every conceivable run.
 - ``models+cpu`` (:mod:`gpusched.sim.fleet_bound`): an LP over node groups (model, cards,
-  CPU, memory) and pod classes that sees GPU models, node CPU and memory, the CPU-only pods
-  (which must be placed unless no node can take them), whole-card pods, and the shared
-  pods' cutting-stock waste as cuts per group; under ``lp``'s assumption (every arrived
-  shared pod that fits some node is placed), and averaged over the samples the protocol
-  averages. At least ``lp`` on the same sample's pods.
+  CPU, memory) and pod classes that sees GPU models, node CPU and memory, whole-card pods,
+  the shared pods' cutting-stock waste as cuts per group, and the CPU-only pods (those
+  that arrived before anything could block them must be placed; a later one is dropped
+  only if every node is blocked for it); under ``lp``'s assumption (every arrived shared
+  pod that fits some node is placed), averaged over the samples the protocol averages.
+  At least ``lp``'s waste on the same sample's pods.
 - ``any``: the same LP without that assumption (a scheduler may also drop shared pods): a
   bound for every scheduler, weaker.
 - ``best_fit``: what online best fit achieves when the shared pods are packed alone in
@@ -205,7 +206,7 @@ class TraceBound:
     seed: int
     lp_pct: float
     drop_pct: float
-    # fleet bound, every shared pod but the largest size placed; NaN if that is impossible
+    # fleet bound, every shared pod that fits placed (lp's assumption); NaN if impossible
     models_cpu_pct: float
     any_pct: float  # fleet bound, no assumption
     best_fit_pct: float
@@ -220,7 +221,7 @@ def trace_bound(trace: Trace, seed: int) -> TraceBound:
     wl = build_workload(trace.pods, gpu_nodes, seed, 1.3)
     free = fleet_bound(wl.pods, gpu_nodes).unallocated_pct
     try:
-        placed = fleet_bound(wl.pods, gpu_nodes, assume="shared-but-largest").unallocated_pct
+        placed = fleet_bound(wl.pods, gpu_nodes, assume="shared").unallocated_pct
     except InfeasibleError:
         placed = math.nan  # the shared pods cannot all be placed: the assumption is false
     return TraceBound(
