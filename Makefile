@@ -113,11 +113,15 @@ bench-churn: venv
 	$(PY) bench/churn.py
 
 # How low unallocated GPU can go in the FGD protocol (docs/fgd-results.md); reads the trace
-# through TRACE_DIR, never copies it.
+# through TRACE_DIR, never copies it. BOUND_PODS: other pod lists (e.g. generated variants,
+# absolute paths or relative to TRACE_DIR); BOUND_NODES: another node list; BOUND_SEEDS.
 TRACE_DIR ?= ../shared/traces/openb
+BOUND_PODS ?= $(foreach t,default gpushare40 multigpu20 gpuspec10 cpu050,openb_pod_list_$(t).csv)
+BOUND_NODES ?= openb_node_list_gpu_node.csv
+BOUND_SEEDS ?= 42-51
 packing-bound: venv
-	$(PY) -m gpusched.sim.packing_bound --trace-dir $(TRACE_DIR) --seeds 42-51 \
-		$(foreach t,default gpushare40 multigpu20 gpuspec10 cpu050,--pods openb_pod_list_$(t).csv)
+	$(PY) -m gpusched.sim.packing_bound --trace-dir $(TRACE_DIR) --seeds $(BOUND_SEEDS) \
+		--nodes $(BOUND_NODES) $(foreach p,$(BOUND_PODS),--pods $(p))
 
 # The FGD protocol's arrival sequence through the live daemon (`gpusched run`) on the local
 # control plane, its unallocated GPU % beside the simulator's for the same seed, with the

@@ -20,7 +20,7 @@ from gpusched.kernels.card_prices import knapsack_nb, knapsack_np
 from gpusched.kernels.dispatch import pick
 
 try:
-    # The core class highspy.Highs wraps: it prints no banner (see _quiet_solver).
+    # The core class highspy.Highs wraps: it prints no banner (see quiet_solver).
     from highspy._core import _Highs as _Solver
 except ImportError:  # pragma: no cover - a highspy laid out differently
     from highspy import Highs as _Solver
@@ -51,7 +51,7 @@ def cutting_stock(
     every card filling is worth at most 1 whatever the solver's tolerances: weak duality
     then makes ``lower_bound`` a true lower bound."""
     n = len(units)
-    h = _quiet_solver()
+    h = quiet_solver()
     inf = highspy.kHighsInf
     no_index = np.zeros(0, np.int32)
     for i in range(n):
@@ -84,7 +84,7 @@ def cutting_stock(
     )
 
 
-def _quiet_solver() -> Any:
+def quiet_solver() -> Any:
     """A HiGHS instance that prints nothing. ``highspy.Highs()`` writes a banner to stdout
     as it is built (its callback set-up calls into HiGHS before ``output_flag`` can be
     cleared), which would land among the daemon's JSON log lines; the core class it wraps
