@@ -29,7 +29,9 @@ from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpusched.plugins import default_registry
 from gpusched.sim.fgd_protocol import Trace, load_trace, parse_seeds, run_seed, variant_trace
+from gpusched.sim.packing_bound import gap_closed, trace_bound
 
 DEV_TRACES = ("default", "gpushare40", "multigpu20", "gpuspec10", "cpu050")
 VARIANT_CASES = (
@@ -56,12 +58,8 @@ def case_trace(trace_dir: str, case: str) -> Trace:
 
 def run_job(trace_dir: str, case: str, policy: str, seed: int) -> float:
     """Unallocated GPU % at 100 % arrived demand, or the bound for `policy` == BOUND."""
-    from gpusched.plugins import default_registry
-
     trace = case_trace(trace_dir, case)
     if policy == BOUND:
-        from gpusched.sim.packing_bound import trace_bound
-
         b = trace_bound(trace, seed)
         # The bound that assumes the shared pods are placed may not hold (NaN): the one
         # without assumption then.
@@ -85,8 +83,6 @@ class Row:
         f, a, b = self._mean(self.fgd), self._mean(self.ai), self._mean(self.bound)
         sd = statistics.pstdev(self.ai) if len(self.ai) > 1 else 0.0
         change = (a - f) / f * 100 if f else math.nan
-        from gpusched.sim.packing_bound import gap_closed
-
         closed = gap_closed(f, a, b)
         worse = sum(x > y for x, y in zip(self.ai, self.fgd, strict=False))
         return (
