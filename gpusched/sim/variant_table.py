@@ -46,7 +46,11 @@ VARIANT_CASES = (
     "gpuspec10+drop-V100M32",
 )
 POLICIES = ("FGD", "ai-scheduler")
-BOUND = "bound"  # the pseudo-policy whose value is the fleet bound (models and CPU)
+# The pseudo-policy of the fleet bound (models and CPU; sim/fleet_bound.py): `bound` assumes
+# every shared pod that fits somewhere is placed (NaN where even that cannot hold), and
+# `bound-any` assumes nothing (weaker). One run computes both.
+BOUND = "bound"
+BOUND_ANY = "bound-any"
 REPORT_AT = 100
 
 
@@ -56,16 +60,14 @@ def case_trace(trace_dir: str, case: str) -> Trace:
     return variant_trace(trace, variant, trace_dir=trace_dir) if variant else trace
 
 
-def run_job(trace_dir: str, case: str, policy: str, seed: int) -> float:
-    """Unallocated GPU % at 100 % arrived demand, or the bound for `policy` == BOUND."""
+def run_job(trace_dir: str, case: str, policy: str, seed: int) -> dict[str, float]:
+    """{policy: unallocated GPU % at 100 % arrived demand}, or both bounds for BOUND."""
     trace = case_trace(trace_dir, case)
     if policy == BOUND:
         b = trace_bound(trace, seed)
-        # The bound that assumes the shared pods are placed may not hold (NaN): the one
-        # without assumption then.
-        return b.models_cpu_pct if not math.isnan(b.models_cpu_pct) else b.any_pct
+        return {BOUND: b.models_cpu_pct, BOUND_ANY: b.any_pct}
     run = run_seed(trace, policy, seed, default_registry())
-    return 100.0 - float(run.curve()[REPORT_AT])
+    return {policy: 100.0 - float(run.curve()[REPORT_AT])}
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,26 +76,32 @@ class Row:
     fgd: list[float]
     ai: list[float]
     bound: list[float]
+    bound_any: list[float]
 
     @staticmethod
     def _mean(v: Sequence[float]) -> float:
         return statistics.fmean(v) if v else math.nan
 
     def line(self) -> str:
-        f, a, b = self._mean(self.fgd), self._mean(self.ai), self._mean(self.bound)
+        f, a = self._mean(self.fgd), self._mean(self.ai)
+        b, b_any = self._mean(self.bound), self._mean(self.bound_any)
         sd = statistics.pstdev(self.ai) if len(self.ai) > 1 else 0.0
         change = (a - f) / f * 100 if f else math.nan
-        closed = gap_closed(f, a, b)
+        # The fleet bound's assumption (shared pods that fit are placed) fails where a policy
+        # drops shared pods and lands below it: the share closed is then against the bound
+        # without assumption, marked *.
+        held = not math.isnan(b) and b <= min(a, f) + 1e-9
+        closed = gap_closed(f, a, b if held else b_any)
         worse = sum(x > y for x, y in zip(self.ai, self.fgd, strict=False))
         return (
             f"| {self.case} | {f:.2f} | {a:.2f} ± {sd:.2f} | {change:+.0f} % | {b:.2f} |"
-            f" {closed * 100:.0f} % | {worse}/{len(self.ai)} |"
+            f" {b_any:.2f} | {closed * 100:.0f} %{'' if held else '*'} | {worse}/{len(self.ai)} |"
         )
 
 
 HEADER = (
-    "| trace | FGD | ai-scheduler | ai vs FGD | bound (models, CPU) | FGD's gap closed |"
-    " seeds ai > FGD |\n|---|---:|---:|---:|---:|---:|---:|"
+    "| trace | FGD | ai-scheduler | ai vs FGD | bound (models, CPU) | bound, no assumption |"
+    " FGD's gap closed | seeds ai > FGD |\n|---|---:|---:|---:|---:|---:|---:|---:|"
 )
 
 
@@ -122,20 +130,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     ]
     print(f"{len(jobs)} runs to do ({len(done)} kept from {args.out})", file=sys.stderr)
     with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        futures: dict[Future[float], str] = {
+        futures: dict[Future[dict[str, float]], str] = {
             pool.submit(run_job, args.trace_dir, c, p, s): f"{c}|{p}|{s}" for c, p, s in jobs
         }
         for fut in as_completed(futures):
-            key = futures[fut]
-            done[key] = fut.result()
-            print(f"{key}: {done[key]:.2f}", file=sys.stderr)
+            case, _, seed = futures[fut].split("|")
+            for policy, value in fut.result().items():
+                done[f"{case}|{policy}|{seed}"] = value
+                print(f"{case}|{policy}|{seed}: {value:.2f}", file=sys.stderr)
             if args.out is not None:
                 args.out.write_text(json.dumps(done, indent=1, sort_keys=True))
     print(f"unallocated GPU % at 100 % arrived demand, seeds {args.seeds}\n")
     print(HEADER)
     for c in cases:
-        got = {p: [done[f"{c}|{p}|{s}"] for s in seeds] for p in (*POLICIES, BOUND)}
-        print(Row(c, got["FGD"], got["ai-scheduler"], got[BOUND]).line())
+        got = {
+            p: [done.get(f"{c}|{p}|{s}", math.nan) for s in seeds]
+            for p in (*POLICIES, BOUND, BOUND_ANY)
+        }
+        print(Row(c, got["FGD"], got["ai-scheduler"], got[BOUND], got[BOUND_ANY]).line())
     return 0
 
 
