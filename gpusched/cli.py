@@ -192,6 +192,10 @@ def _cmd_variants_list(args: argparse.Namespace) -> int:
         f"{'drop-<MODEL>':<{width}}  any GPU model of the node list; scarce-<MODEL> likewise;"
         " A+B applies A then B"
     )
+    print(
+        f"{'small<K>':<{width}}  a 1/K scale model (small = small8) for fast checks; put it"
+        " last: spec33+small8"
+    )
     return 0
 
 

@@ -30,6 +30,9 @@ The variants (``docs/workload-variants.md`` says what each stresses):
 * ``drop-<MODEL>``: that model's nodes leave the fleet; see :func:`drop_model` for the pods
   constrained to it. ``scarce-<MODEL>``: keep a seeded quarter of that model's nodes; see
   :func:`scarce_model`. Any model of the node list works; three are registered.
+* ``small`` / ``small<K>`` (``small`` is ``small8``): a 1/K scale model of the trace for fast
+  checks (the robustness regression test): see :func:`small_scale`. Put it last
+  (``spec33+small8``), so the stress steps see the whole trace.
 
 Plain Python and NumPy, on :mod:`gpusched.sim.openb`'s types only, so a notebook can use it.
 """
@@ -63,6 +66,7 @@ __all__ = [
     "placeable",
     "scarce_model",
     "shared_share",
+    "small_scale",
     "spec_share",
     "variant_label",
     "variant_names",
@@ -76,6 +80,8 @@ MILLI = 1000
 SCARCE_KEEP = 0.25  # scarce-<MODEL> keeps this share of each node shape of the model
 FLEET_STEPS = ("drop", "scarce")
 _FLEET = re.compile(r"^(drop|scarce)-(\S+)$")
+SMALL_FACTOR = 8  # `small` is `small8`: one FGD-protocol run takes ~1/10 of the time
+_SMALL = re.compile(r"^small(\d*)$")
 
 Pods = list[TracePod]
 Nodes = list[TraceNode]
@@ -285,6 +291,56 @@ def scarce_model(nodes: Sequence[TraceNode], model: str, rng: np.random.Generato
     return [n for i, n in enumerate(nodes) if i not in drop]
 
 
+# --- scale ---------------------------------------------------------------------------------
+
+
+def _pod_stratum(p: TracePod) -> tuple[int, int, str, int, int]:
+    # GPU shape first (what the policies trade), then CPU and memory: neighbours in this
+    # order are alike, so every K-th of the sorted list keeps each shape's share within 1/K.
+    return (p.num_gpu, p.gpu_milli, p.gpu_spec, p.cpu_milli, p.memory_mib)
+
+
+def small_scale(
+    pods: Sequence[TracePod], nodes: Sequence[TraceNode], rng: np.random.Generator, factor: int
+) -> tuple[Pods, Nodes]:
+    """A 1/``factor`` scale model of the trace: both lists shrink, so that the FGD protocol's
+    arrivals shrink with the fleet and keep the full trace's structure.
+
+    * **Nodes**: each node shape (model, cards, CPU, memory) keeps a seeded
+      ``ceil(count / factor)`` of its nodes (as :func:`scarce_model`), so every model and
+      every shape stays, and every pod that was placeable stays so. Shapes rarer than
+      ``factor`` keep one node, so they weigh a little more than in the full fleet.
+    * **Pods**: systematic sampling, every ``factor``-th pod of the list sorted by shape
+      (GPU count, per-card share, model constraint, CPU, memory, then name) from a seeded
+      offset in ``[0, factor)``: each shape keeps its count / ``factor`` within one pod, so
+      the mix (constrained, shared, CPU-only shares) is the trace's.
+
+    Why the pods too: the protocol (``fgd_workload.build_workload``) shuffles the *whole*
+    pod list and then clones pods until the GPU demand reaches 1.3x the fleet's cards (or
+    removes random pods if the list alone is over it). Shrinking only the fleet would turn
+    the full run's "every trace pod once, then clones" into a random subset; shrinking both
+    keeps the list's demand at the same fraction of the fleet (default: 0.98), so the
+    arrivals are built by the same rule at 1/``factor`` of the length. File order is kept.
+    """
+    if factor < 2:
+        raise VariantError(f"small<K> needs K >= 2, got {factor}")
+    groups: dict[tuple[str, int, int, int], list[int]] = {}
+    for i, n in enumerate(nodes):
+        groups.setdefault((n.model, n.gpu, n.cpu_milli, n.memory_mib), []).append(i)
+    keep_nodes: set[int] = set()
+    for shape in sorted(groups):
+        members = groups[shape]
+        count = math.ceil(len(members) / factor)
+        keep_nodes.update(int(i) for i in rng.choice(members, count, replace=False))
+    order = sorted(range(len(pods)), key=lambda i: (_pod_stratum(pods[i]), pods[i].name))
+    offset = int(rng.integers(factor))
+    keep_pods = set(order[offset::factor])
+    return (
+        [p for i, p in enumerate(pods) if i in keep_pods],
+        [n for i, n in enumerate(nodes) if i in keep_nodes],
+    )
+
+
 # --- the registry --------------------------------------------------------------------------
 
 
@@ -325,6 +381,19 @@ def _fleet(kind: str, model: str) -> Step:
         return list(pods), scarce_model(nodes, model, rng)
 
     return step
+
+
+def _small(factor: int) -> Step:
+    def step(
+        pods: Sequence[TracePod], nodes: Sequence[TraceNode], rng: np.random.Generator, mix: SpecMix
+    ) -> tuple[Pods, Nodes]:
+        return small_scale(pods, nodes, rng, factor)
+
+    return step
+
+
+def _small_description(factor: int) -> str:
+    return f"1/{factor} scale model: every node shape and pod shape kept (fast checks)"
 
 
 def _fleet_description(kind: str, model: str) -> str:
@@ -400,12 +469,20 @@ VARIANTS: Mapping[str, Variant] = {
 
 def variant_names() -> str:
     """The valid names, for error messages."""
-    return ", ".join([*VARIANTS, "drop-<MODEL>", "scarce-<MODEL>", "A+B (composition)"])
+    return ", ".join([*VARIANTS, "drop-<MODEL>", "scarce-<MODEL>", "small<K>", "A+B (composition)"])
 
 
 def _resolve_step(name: str) -> Variant:
     if name in VARIANTS:
         return VARIANTS[name]
+    small = _SMALL.match(name)
+    if small is not None:
+        factor = int(small.group(1) or SMALL_FACTOR)
+        if factor < 2:
+            raise VariantError(f"{name!r}: small<K> needs K >= 2 (small8 is the usual one)")
+        # Named by its factor, so `small` and `small8` draw from the same stream.
+        canonical = f"small{factor}"
+        return Variant(canonical, _DEFAULT_BASE, _small_description(factor), _small(factor))
     m = _FLEET.match(name)
     if m is None:
         raise VariantError(f"unknown variant {name!r} (known: {variant_names()})")

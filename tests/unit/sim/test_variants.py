@@ -12,6 +12,7 @@ import pytest
 
 from gpusched.cli import main
 from gpusched.sim.fgd_protocol import load_trace
+from gpusched.sim.fgd_workload import build_workload, cluster_milli_gpu
 from gpusched.sim.openb import TraceNode, TracePod, load_nodes, load_pods, write_nodes, write_pods
 from gpusched.sim.variants import (
     SPEC_SOURCE,
@@ -21,6 +22,7 @@ from gpusched.sim.variants import (
     constraint_mix,
     placeable,
     resolve,
+    small_scale,
     spec_share,
 )
 from tests.traces import require_openb
@@ -207,6 +209,73 @@ def test_scarce_keeps_a_quarter_of_each_shape(
     after = Counter((n.gpu, n.cpu_milli, n.memory_mib) for n in kept if n.model == "T4")
     assert after == {s: -(-c // 4) for s, c in shape.items()}
     assert [n for n in kept if n.model != "T4"] == [n for n in nodes if n.model != "T4"]
+
+
+# --- small<K>: the scale model ---------------------------------------------------------------
+
+
+def node_shape(n: TraceNode) -> tuple[str, int, int, int]:
+    return (n.model, n.gpu, n.cpu_milli, n.memory_mib)
+
+
+def pod_shape(p: TracePod) -> tuple[int, int, str, int, int]:
+    return (p.num_gpu, p.gpu_milli, p.gpu_spec, p.cpu_milli, p.memory_mib)
+
+
+@pytest.mark.parametrize("factor", [4, 8, 16])
+def test_small_keeps_every_node_shape_and_each_pod_shape_share(
+    factor: int, spec10: list[TracePod], nodes: list[TraceNode]
+) -> None:
+    pods, kept = small_scale(spec10, nodes, np.random.default_rng(0), factor)
+    # Nodes: ceil(count / K) of every shape, in file order.
+    before, after = Counter(map(node_shape, nodes)), Counter(map(node_shape, kept))
+    assert after == {s: -(-c // factor) for s, c in before.items()}
+    assert kept == [n for n in nodes if n in set(kept)]
+    # Pods: each shape's count / K within one pod (systematic sampling), in file order.
+    before_p, after_p = Counter(map(pod_shape, spec10)), Counter(map(pod_shape, pods))
+    for shape, count in before_p.items():
+        assert count // factor <= after_p[shape] <= -(-count // factor), shape
+    assert len(pods) in (len(spec10) // factor, -(-len(spec10) // factor))
+    kept_names = {p.name for p in pods}
+    assert pods == [p for p in spec10 if p.name in kept_names]
+    # Every pod the full fleet could place, the small one can (no shape is lost).
+    full_fits, small_fits = placeable(nodes), placeable(kept)
+    assert all(small_fits(p) for p in pods if full_fits(p))
+
+
+def test_small_keeps_the_protocols_arrival_rule_at_a_kth_of_the_length(
+    default: list[TracePod], nodes: list[TraceNode]
+) -> None:
+    """The list's GPU demand stays near its share of the fleet (default: 0.98), so the
+    protocol still shuffles the whole list and clones up to 1.3x, on 1/8 of the arrivals."""
+    full = build_workload(default, nodes, 42)
+    pods, kept = apply_variant("small8", default, nodes, 0)
+    small = build_workload(pods, kept, 42)
+    assert full.tuning == small.tuning == "up"
+    assert 0.9 <= small.requested_milli_gpu / cluster_milli_gpu(kept) / 1.3 <= 1.0
+    assert abs(len(small.pods) * 8 / len(full.pods) - 1) < 0.1
+    assert {n.model for n in kept} == {n.model for n in nodes}
+    assert abs(cluster_milli_gpu(kept) * 8 / cluster_milli_gpu(nodes) - 1) < 0.06
+
+
+def test_small_names_seeds_and_composition(
+    spec10: list[TracePod], nodes: list[TraceNode], openb: Path
+) -> None:
+    assert apply_variant("small", spec10, nodes, 0) == apply_variant("small8", spec10, nodes, 0)
+    assert apply_variant("small8", spec10, nodes, 0) != apply_variant("small8", spec10, nodes, 1)
+    assert len(apply_variant("small16", spec10, nodes, 0)[1]) < len(
+        apply_variant("small8", spec10, nodes, 0)[1]
+    )
+    # Last in a composition, it scales the variant: the spec step saw the whole trace.
+    spec, _ = apply_variant("spec33", spec10, nodes, 0, trace_dir=openb)
+    both = apply_variant("spec33+small8", spec10, nodes, 0, trace_dir=openb)
+    assert both == apply_variant("small8", spec, nodes, 0)
+    assert abs(gpu_share(both[0], constrained) - 0.33) <= 0.02
+    for bad in ("small1", "small0"):
+        with pytest.raises(VariantError, match="K >= 2"):
+            resolve(bad)
+    with pytest.raises(VariantError, match="small<K>"):
+        resolve("smallish")
 
 
 def test_bad_names() -> None:
