@@ -15,16 +15,16 @@ its ``ai-scheduler`` profile (or its only one) instead: how to check a candidate
 before switching it. Nothing is skipped: a missing trace fails with the path it was looked
 for at (``GPUSCHED_OPENB_DIR``, else ``../shared/traces/openb``).
 
-Why three seeds and a tolerance of 0.8 points (docs/workload-variants.md, "The robustness
-check", has the table): the module must stay under 3 minutes on a 2-core machine (measured:
-112-116 s for 90 policy runs), which affords three seeds. Every case is deterministic (same
-code, same numbers); the tolerance is there so that a change that reshuffles the runs
-without making ai-scheduler worse does not fail on seed luck. Measured at small8 over seeds
-42-54, the 3-seed median difference (ai-scheduler - FGD) has a standard deviation of 0.20-0.85
-points per case, 0.48 pooled; 0.8 = 1.645 x 0.48, a one-sided 95 % band for a true tie. At
-0 the check would fail on its own about once per reshuffle (scarce-G2 is a near tie at +0.22,
-cpu250 a margin of -0.38 with 0.85 of noise). The current default (modelWeight 0) fails on
-spec33 (+3.21) and spec50 (+1.11); modelWeight 30 passes every case.
+Why three seeds and no tolerance (docs/workload-variants.md, "The robustness check", has
+the table): the module must stay under 3 minutes on a 2-core machine (measured: 112-116 s
+for 90 policy runs), which affords three seeds. Every case is deterministic (same code,
+same numbers), and the issue's rule is "never worse than FGD", so the check holds it to
+that. Measured at small8 over seeds 42-54, the 3-seed median difference (ai-scheduler -
+FGD) varies by 0.20-0.85 points per case: a change that only reshuffles placements can
+flip a near tie (scarce-G2 at -0.12 on these seeds, +0.22 over 13 seeds; share20 at
+-0.14). Such a failure is the prompt to run the full-size table (make variants-table)
+before deciding, not noise to widen the band for. The old default (modelWeight 0) fails
+on spec33 (+3.21) and spec50 (+1.11); modelWeight 30 passes every case.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ from tests.traces import openb_dir
 
 SMALL = "small8"
 SEEDS = (42, 43, 44)
-TOLERANCE = 0.8  # points of unallocated GPU %; see the module docstring
+TOLERANCE = 0.0  # points of unallocated GPU %; see the module docstring
 AT = 100  # % of arrived demand
 DEV_TRACES = ("default", "cpu050", "gpushare40", "gpuspec10", "multigpu20")
 VARIANTS = (
