@@ -32,18 +32,11 @@ from pathlib import Path
 from gpusched.plugins import default_registry
 from gpusched.sim.fgd_protocol import Trace, load_trace, parse_seeds, run_seed, variant_trace
 from gpusched.sim.packing_bound import gap_closed, trace_bound
+from gpusched.sim.variants import DEV_TRACES, STRESS, base_of
 
-DEV_TRACES = ("default", "gpushare40", "multigpu20", "gpuspec10", "cpu050")
-VARIANT_CASES = (
-    "gpuspec10+spec20",
-    "gpuspec10+spec33",
-    "gpuspec10+spec50",
-    "default+cpu150",
-    "default+cpu250",
-    "default+share20",
-    "default+share60",
-    "gpuspec10+scarce-T4",
-    "gpuspec10+drop-V100M32",
+# A stress variant's case: its base pod list's name, "+", the variant.
+VARIANT_CASES = tuple(
+    f"{base_of(v).removeprefix('openb_pod_list_').removesuffix('.csv')}+{v}" for v in STRESS
 )
 POLICIES = ("FGD", "ai-scheduler")
 # The pseudo-policy of the fleet bound (models and CPU; sim/fleet_bound.py): `bound` assumes

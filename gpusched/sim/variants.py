@@ -498,6 +498,23 @@ def resolve(name: str) -> list[Variant]:
     return [_resolve_step(p) for p in parts]
 
 
+# The five dev pod lists (openb_pod_list_<name>.csv) and the variants that the placement
+# table (sim/variant_table.py) and the robustness check (tests/regression) run.
+DEV_TRACES = ("default", "gpushare40", "multigpu20", "gpuspec10", "cpu050")
+STRESS = (
+    "spec20",
+    "spec33",
+    "spec50",
+    "cpu150",
+    "cpu250",
+    "share20",
+    "share60",
+    "scarce-T4",
+    "scarce-G2",
+    "drop-V100M32",
+)
+
+
 def base_of(name: str) -> str:
     """The pod list ``name`` is built from: its first step's base."""
     return resolve(name)[0].base

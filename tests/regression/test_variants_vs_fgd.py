@@ -41,27 +41,14 @@ from gpusched.framework.registry import Registry
 from gpusched.plugins import default_registry
 from gpusched.sim.fgd_protocol import Trace, load_trace, run_seed, variant_trace
 from gpusched.sim.fgd_workload import build_workload
-from gpusched.sim.variants import base_of
+from gpusched.sim.variants import DEV_TRACES, STRESS, base_of
 from tests.traces import openb_dir
 
 SMALL = "small8"
 SEEDS = (42, 43, 44)
 TOLERANCE = 0.0  # points of unallocated GPU %; see the module docstring
 AT = 100  # % of arrived demand
-DEV_TRACES = ("default", "cpu050", "gpushare40", "gpuspec10", "multigpu20")
-VARIANTS = (
-    "spec20",
-    "spec33",
-    "spec50",
-    "cpu150",
-    "cpu250",
-    "share20",
-    "share60",
-    "scarce-T4",
-    "scarce-G2",
-    "drop-V100M32",
-)
-CASES = [*DEV_TRACES, *VARIANTS]
+CASES = [*DEV_TRACES, *STRESS]
 
 
 @pytest.fixture(scope="module")
