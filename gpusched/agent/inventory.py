@@ -5,7 +5,8 @@ a GPU reset between reads is seen as it is. The fields (docs/telemetry-agent.md)
 
 * ``model``: the NVML name with spaces as '-', as GPU Feature Discovery writes
   nvidia.com/gpu.product ("NVIDIA A100-SXM4-80GB" -> "NVIDIA-A100-SXM4-80GB"), so a pod's
-  gpusched.io/gpu-model matches whether the node's cards come from this agent or from GFD.
+  gpusched.io/gpu-model matches whether the node's cards come from this agent or from GFD
+  (and its short name, `A100M80`, matches too: model/gpu_models.py).
 * ``memoryMiB``: total framebuffer / 2^20, as GFD's nvidia.com/gpu.memory.
 * ``nvlinkIsland``: connected components of the NVLink graph (cards joined directly, or
   through NVSwitches, which NCCL treats as one switch node); an island id only for a

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from gpusched.model import keys
+from gpusched.model.gpu_models import KNOWN_MODELS, canonical
 
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
 KWOK_VALUE = "fake"
@@ -37,20 +38,10 @@ class GpuModel:
     family: str
 
 
-# Memory of the trace's anonymised models G2/G3 is not published; 32/48 GiB is a guess
-# that keeps them between V100M32 and A100M80 (documented in the README).
+# One table of names for the whole project (model/gpu_models.py): what the fake nodes
+# publish is what `gpusched.io/gpu-model` resolves.
 GPU_MODELS: dict[str, GpuModel] = {
-    m.name: m
-    for m in (
-        GpuModel("A100M80", "NVIDIA-A100-SXM4-80GB", 81920, "ampere"),
-        GpuModel("V100M32", "Tesla-V100-SXM2-32GB", 32768, "volta"),
-        GpuModel("V100M16", "Tesla-V100-SXM2-16GB", 16384, "volta"),
-        GpuModel("P100", "Tesla-P100-PCIE-16GB", 16384, "pascal"),
-        GpuModel("T4", "Tesla-T4", 15360, "turing"),
-        GpuModel("A10", "NVIDIA-A10", 23028, "ampere"),
-        GpuModel("G2", "G2", 32768, "unknown"),
-        GpuModel("G3", "G3", 49152, "unknown"),
-    )
+    m.short: GpuModel(m.short, m.product, m.memory_mib, m.family) for m in KNOWN_MODELS
 }
 
 
@@ -68,7 +59,8 @@ class NodeSpec:
 
 
 def gpu_model(name: str) -> GpuModel:
-    return GPU_MODELS.get(name) or GpuModel(name, name, 0, "unknown")
+    """The model of a spec, by either spelling (`A100M80` or `NVIDIA-A100-SXM4-80GB`)."""
+    return GPU_MODELS.get(canonical(name)) or GpuModel(name, name, 0, "unknown")
 
 
 # (gpus, model, cpu_milli, memory_mib, nvlink island size): the three shapes of the fleet.

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from gpusched.model.gpu_models import canonical
 from gpusched.model.node import FULL_CARD_MILLI, NodeModel, Taint
 
 NO_CARD = -1
@@ -168,6 +169,8 @@ class NodeColumns:
         # Times the label sets were re-derived because a newly watched key is on some node.
         self.relabels = 0
         self._allowed_cache: dict[tuple[str, ...], tuple[int, NDArray[np.bool_]]] = {}
+        self._present_ids: NDArray[np.int64] = np.zeros(0, np.int64)
+        self._present_key: tuple[int, int] = (-1, -1)
         # Bumped whenever a row's label set or taint set changes or their ids are
         # renumbered, so plugins can drop caches keyed by those ids.
         self.generation = 0
@@ -235,6 +238,7 @@ class NodeColumns:
         grow("node_pods_alloc", (capacity,), np.int32, 0)
         grow("node_card_count", (capacity,), np.int16, 0)
         grow("node_dra_cards", (capacity,), np.bool_, False)
+        grow("node_nvlink_unknown", (capacity,), np.bool_, False)
         grow("node_temp", (capacity,), np.float32, np.nan)
         grow("node_sampled_at", (capacity,), np.float64, np.nan)
         grow("node_rack", (capacity,), np.int32, -1)
@@ -287,6 +291,10 @@ class NodeColumns:
     # allocator; a pod asking by annotation or nvidia.com/gpu gets none there (nothing on
     # such a node would enforce its card assignment).
     node_dra_cards: NDArray[np.bool_]
+    # The row's cards come from GPU Feature Discovery's labels or from DRA slices, neither
+    # of which says which cards share an NVLink island: the layout is unknown (an
+    # inventory's -1 island means "no NVLink peer", a known layout).
+    node_nvlink_unknown: NDArray[np.bool_]
     # The hottest card's fresh GPU temperature (°C; NaN: no fresh reading) and the newest
     # fresh reading's sample time.
     node_temp: NDArray[np.float32]
@@ -344,7 +352,10 @@ class NodeColumns:
     def allowed_models(self, models: tuple[str, ...]) -> NDArray[np.bool_]:
         """bool[M] by model id: which card models a pod accepts (all when unconstrained).
 
-        Cached per constraint; a new model appearing invalidates the cache by length.
+        Models are found by canonical name (model/gpu_models.py), as the cards were interned:
+        `A100M80` and `NVIDIA-A100-SXM4-80GB` pick the same cards, whichever name a node
+        published. Cached per constraint; a new model appearing invalidates the cache by
+        length.
         """
         n_models = len(self.models)
         cached = self._allowed_cache.get(models)
@@ -358,7 +369,7 @@ class NodeColumns:
         else:
             arr = np.zeros(size, np.bool_)
             for m in models:
-                i = self.models.find(m)
+                i = self.models.find(canonical(m))
                 if i >= 0:
                     arr[i] = True
         cache = self._allowed_cache
@@ -368,6 +379,23 @@ class NodeColumns:
             cache.pop(next(iter(cache)))
         cache[models] = (n_models, arr)
         return arr
+
+    def present_model_ids(self) -> NDArray[np.int64]:
+        """The ids of the card models some node has now, ascending (the interner keeps the
+        models of nodes long gone, so a constraint may find an id no card carries any
+        more). Cached per card layout and row membership: one pass over the card column
+        per change, none per pod."""
+        key = (self.card_layout, self.membership)
+        if self._present_key != key:
+            rows = self.card_model[self.node_valid[: self.capacity]]
+            self._present_ids = np.unique(rows[rows != NO_CARD]).astype(np.int64)
+            self._present_key = key
+        return self._present_ids
+
+    def present_models(self) -> tuple[str, ...]:
+        """The canonical names of the card models some node has now, sorted."""
+        values = self.models.values
+        return tuple(sorted(str(values[i]) for i in self.present_model_ids().tolist()))
 
     def labels_of(self, labelset: int) -> Mapping[str, str]:
         """A label set's labels under the watched keys (empty for a freed id)."""

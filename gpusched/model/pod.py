@@ -33,6 +33,7 @@ from typing import Any
 
 from gpusched.model import keys
 from gpusched.model.dra import PodClaim
+from gpusched.model.gpu_models import canonical_models
 from gpusched.model.node import FULL_CARD_MILLI
 from gpusched.model.quantity import QuantityError, QuantityRangeError, to_int, to_milli
 from gpusched.model.volume import PodVolume, pod_volumes
@@ -59,7 +60,8 @@ class PodRequest:
     # Shared pods: MiB of one card (0 = proportional to the share). Whole-card pods: the
     # least memory each card must have ("8 cards of at least 80 GB").
     gpu_mem_mib: int = 0
-    gpu_models: tuple[str, ...] = ()  # any of; empty = any model
+    # Any of these models (canonical names, model/gpu_models.py); empty = any model.
+    gpu_models: tuple[str, ...] = ()
     nvlink: NVLink = NVLink.NONE
     # Every other resource requested (> 0), sorted by name, in base units: extended
     # resources (rdma/hca, nvidia.com/mig-1g.10gb) as counts, ephemeral-storage and
@@ -574,7 +576,9 @@ def pod_from_k8s(obj: Mapping[str, Any]) -> PodInfo:
                 f"annotation {keys.GPU_MODEL}={raw_model!r} must be models separated by '|'"
             )
         else:
-            models = parts
+            # Either spelling of a model (`A100M80`, `NVIDIA-A100-SXM4-80GB`) is the same
+            # constraint from here on: node cards are interned by the same canonical name.
+            models = canonical_models(parts)
 
     nvlink = NVLink.NONE
     raw_nv = ann.get(keys.NVLINK)

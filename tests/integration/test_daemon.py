@@ -176,6 +176,56 @@ async def test_default_scheduler_pods_are_left_alone_and_counted(
     assert node_events[0]["type"] == "Warning"
 
 
+async def test_gpu_model_names_and_nvlink_on_inventory_and_gfd_only_nodes(
+    cluster: LocalCluster, kube: Kube, namespace: str
+) -> None:
+    """Either name of a model (the trace's short name, GFD's product name) matches on a
+    node with an inventory and on a GFD-only one; a model no node has is refused with the
+    models there; an NVLink-required pod on the GFD-only node is told the layout is
+    unknown."""
+    pool = pool_name()
+    specs = pool_specs(pool, 2, shapes=((8, "A100M80", 96_000, 1_048_576, 8),))
+    nodes = [pool_node(s, pool) for s in specs]
+    # The dev cluster's inventory names the cards "A100M80"; GFD's label says
+    # "NVIDIA-A100-SXM4-80GB". The second node keeps only the labels.
+    del nodes[1]["metadata"]["annotations"][keys.GPU_INVENTORY]
+    inv, gfd = specs[0].name, specs[1].name
+    where = placement(pool)
+
+    def on(node: str, name: str, gpus: int, **ann: str) -> JSON:
+        selector = {**where["node_selector"], "kubernetes.io/hostname": node}
+        return demo_pod(
+            name,
+            gpus=gpus,
+            annotations=ann,
+            tolerations=where["tolerations"],
+            node_selector=selector,
+        )
+
+    pods = [
+        on(inv, "product-on-inventory", 4, **{keys.GPU_MODEL: "NVIDIA-A100-SXM4-80GB"}),
+        on(gfd, "short-on-gfd", 4, **{keys.GPU_MODEL: "A100M80"}),
+        on(gfd, "nvlink-on-gfd", 4, **{keys.NVLINK: "required"}),
+        demo_pod("missing", gpus=1, annotations={keys.GPU_MODEL: "H100"}, **where),
+    ]
+    stream = io.StringIO()
+    async with node_pool(kube, nodes), running_daemon(cluster.kubeconfig, stream):
+        await create_pods(kube, namespace, pods)
+        final = await wait_settled(kube, namespace, [p["metadata"]["name"] for p in pods])
+        nvlink = await events_for(kube, namespace, "nvlink-on-gfd", "FailedScheduling")
+        missing = await events_for(kube, namespace, "missing", "FailedScheduling")
+
+    assert final["product-on-inventory"]["spec"].get("nodeName") == inv
+    assert final["short-on-gfd"]["spec"].get("nodeName") == gfd
+    assert not final["nvlink-on-gfd"]["spec"].get("nodeName")
+    assert nvlink and "1 node(s) had NVLink layout unknown" in nvlink[0]["message"]
+    assert "no NVLink island" not in nvlink[0]["message"]
+    assert not final["missing"]["spec"].get("nodeName")
+    message = missing[0]["message"]
+    assert "no node has a GPU of model H100" in message
+    assert "A100M80 (NVIDIA-A100-SXM4-80GB)" in message, message
+
+
 async def test_pod_deleted_while_being_bound_leaks_nothing(
     cluster: LocalCluster, kube: Kube, namespace: str
 ) -> None:

@@ -25,9 +25,11 @@ from gpusched.framework.snapshot import (
     TOUCH_LOG,
     NodeColumns,
 )
+from gpusched.model.gpu_models import canonical
 from gpusched.model.node import (
     DRA_GPU_SOURCE,
     FULL_CARD_MILLI,
+    GFD_GPU_SOURCE,
     MAX_CARD_MEMORY_MIB,
     MAX_NODE_PODS,
     MAX_NODE_RESOURCE,
@@ -93,6 +95,9 @@ class Snapshot(NodeColumns):
         self.cordoned += int(node.unschedulable) - int(self.node_unschedulable[row])
         self.node_unschedulable[row] = node.unschedulable
         dra = node.gpu_source == DRA_GPU_SOURCE
+        # Only an inventory says which cards share an NVLink island (-1 there: no NVLink
+        # peer); GFD labels and DRA slices do not, so there the layout is unknown.
+        self.node_nvlink_unknown[row] = node.gpu_source in (GFD_GPU_SOURCE, DRA_GPU_SOURCE)
         self.dra_nodes += int(dra) - int(self.node_dra_cards[row])
         self.node_dra_cards[row] = dra
         # Label and taint sets are shared and reference-counted; a label set holds only
@@ -147,8 +152,8 @@ class Snapshot(NodeColumns):
                     f"node {node.name}: card {c.index} nvlinkIsland={c.nvlink_island} is out"
                     f" of range (-1-{MAX_ISLAND})"
                 )
-            if self.models.find(c.model) < 0:
-                new_models.add(c.model)
+            if self.models.find(canonical(c.model)) < 0:
+                new_models.add(canonical(c.model))
         fresh = {name for name, _ in node.other if name not in self.other_index}
         if len(self.other_index) + len(fresh) > MAX_OTHER_RESOURCES:
             raise ValueError(
@@ -212,7 +217,10 @@ class Snapshot(NodeColumns):
         healthy = np.zeros(C, np.bool_)
         island = np.full(C, -1, np.int8)
         for c in node.cards:
-            model[c.index] = self.models.id(c.model)
+            # By canonical name: a card published as `NVIDIA-A100-SXM4-80GB` (agent, GFD,
+            # DRA) and one published as `A100M80` are one model, so a pod's constraint in
+            # either spelling matches both (model/gpu_models.py).
+            model[c.index] = self.models.id(canonical(c.model))
             total[c.index] = c.memory_mib
             healthy[c.index] = c.healthy
             island[c.index] = c.nvlink_island
@@ -245,6 +253,7 @@ class Snapshot(NodeColumns):
         self.card_model[row] = NO_CARD
         self.dra_nodes -= int(self.node_dra_cards[row])
         self.node_dra_cards[row] = False
+        self.node_nvlink_unknown[row] = False
         self.node_clique[row] = -1
         self.card_free_milli[row] = 0
         self.card_free_mem[row] = 0

@@ -30,6 +30,7 @@ from gpusched.framework.status import Code, Status
 from gpusched.kernels import choose_cards_nb, choose_cards_np
 from gpusched.kernels.dispatch import pick
 from gpusched.model import keys
+from gpusched.model.gpu_models import describe
 from gpusched.model.pod import PodInfo
 from gpusched.model.share import share_on_card
 from gpusched.plugins.helper.gpu_state import (
@@ -48,6 +49,12 @@ choose_cards = pick(choose_cards_nb, choose_cards_np)
 INSUFFICIENT_WHOLE = f"Insufficient {keys.GPU_RESOURCE}"
 INSUFFICIENT_SHARE = "Insufficient GPU share (no single card with enough free share and memory)"
 NO_ISLAND = "node(s) had no NVLink island with enough free cards"
+# A required-NVLink pod on a node that never said which cards share an island: not "no
+# island is free enough" (that would send the user hunting for pods to move).
+NVLINK_UNKNOWN = (
+    f"node(s) had NVLink layout unknown (no {keys.GPU_INVENTORY}: GPU Feature Discovery"
+    " labels and DRA slices do not say which cards share an NVLink island)"
+)
 NO_GPU = "node(s) had no GPU"
 NO_HEALTHY = "node(s) had no healthy GPU"
 NOT_DRA = "node(s) had no GPU published through DRA (ResourceSlices)"
@@ -67,10 +74,13 @@ class GPUFit:
         request = gpu_request(self.handle.snapshot, pod)
         if request is None:
             return None, Status(Code.SKIP)
-        if pod.request.gpu_models and not request.allowed.any():
+        # Against the models some node has now, not every model ever seen: a pod asking
+        # for the model of a node that left gets the list of what is there instead.
+        snap = self.handle.snapshot
+        if pod.request.gpu_models and not request.allowed[snap.present_model_ids()].any():
             return None, Status(
                 Code.UNSCHEDULABLE_AND_UNRESOLVABLE,
-                (f"no node has a GPU of model {'|'.join(pod.request.gpu_models)}",),
+                (unknown_model_reason(pod.request.gpu_models, snap),),
             )
         state.write(GPU_REQUEST, request)
         return None, Status()
@@ -114,16 +124,25 @@ class GPUFit:
             NO_ISLAND,
             NO_GPU,
             f"node(s) had no GPU of model {'|'.join(models)}" if models else NO_HEALTHY,
+            NOT_DRA if pod.gpu_from_claims else DRA_ONLY,
+            NVLINK_UNKNOWN,
         )
         # 0: insufficient; no usable card: 2 on a node without cards, 3 on one with cards.
         codes = np.where(summary.usable[:n] == 0, self._no_usable_code(snap, n), np.int8(0))
+        unresolvable: bool | NDArray[np.bool_] = False
         if request.cards and request.nvlink == 2:
-            codes[(candidates & ~summary.fit) & (summary.intact[:n] >= request.cards)] = 1
+            # Enough intact cards but no island holding them: on a node that published its
+            # islands, none is free enough (1); on one that did not (GFD labels, DRA), the
+            # layout is unknown (5): the fix is an inventory, not fewer pods.
+            islandless = (candidates & ~summary.fit) & (summary.intact[:n] >= request.cards)
+            codes[islandless] = 1
+            unknown = islandless & snap.node_nvlink_unknown[:n]
+            if unknown.any():
+                codes[unknown] = 5
+                unresolvable = unknown  # preempting pods does not tell us the islands
         if wrong is not None:
             codes[wrong] = 4
-        return FilterResult(
-            summary.fit, (*reasons, NOT_DRA if pod.gpu_from_claims else DRA_ONLY), codes
-        )
+        return FilterResult(summary.fit, reasons, codes, unresolvable)
 
     def _no_usable_code(self, snap: NodeColumns, n: int) -> NDArray[np.int8]:
         """Per row, the reason code of a node with no usable card: 2 without cards, 3 with
@@ -207,3 +226,16 @@ class GPUFit:
         if not pod.request.gpu_cards:
             annotations[keys.GPU_MILLI_ASSIGNED] = str(alloc.milli[0])
         return Status()
+
+
+def unknown_model_reason(models: tuple[str, ...], snap: NodeColumns) -> str:
+    """Why a pod asking for models no node has cannot be placed, with the models the
+    cluster has in every spelling `gpusched.io/gpu-model` accepts."""
+    asked = describe(models, sep=" or ")
+    present = snap.present_models()
+    if not present:
+        return f"no node has a GPU of model {asked}; no node has a GPU at all"
+    return (
+        f"no node has a GPU of model {asked}; {keys.GPU_MODEL} accepts these models present"
+        f" in the cluster (either name): {describe(present)}"
+    )
