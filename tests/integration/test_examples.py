@@ -42,8 +42,8 @@ def _impossible(pod: JSON) -> bool:
 def test_every_example_applies_and_the_daemon_schedules_its_pods(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    # Every file here is a workload: the scheduler's configuration lives in config/ (not a
-    # Kubernetes object, so `kubectl apply -R -f manifests/` would trip on it).
+    # Every file here is a workload: the scheduler's configuration, not a Kubernetes object,
+    # lives in config/.
     files = sorted(EXAMPLES.glob("*.yaml"))
     assert {
         "demo-workload.yaml",
