@@ -1,8 +1,10 @@
-# gpusched scheduler image. Build: docker build -t gpusched:dev .
+# gpusched scheduler image (the scheduler and `gpusched agent`). Build and push:
+#   docker build -t gpusched:dev .   (docs/install.md: tagging and pushing to your registry)
 # Two stages so the runtime image carries no compiler or pip cache.
 FROM python:3.11-slim AS build
 WORKDIR /src
-COPY pyproject.toml README.md ./
+# pyproject names README.md (readme) and LICENSE (license-files): the wheel needs both.
+COPY pyproject.toml README.md LICENSE ./
 COPY gpusched ./gpusched
 RUN pip wheel --no-cache-dir --wheel-dir /wheels .
 

@@ -23,6 +23,11 @@ if TYPE_CHECKING:
     from gpusched.framework.registry import Registry
 
 DEMO_PROFILES = ("ai-scheduler", "least-allocated", "most-allocated")
+DESCRIPTION = (
+    "A GPU-aware secondary scheduler for Kubernetes: it places the pods whose"
+    " spec.schedulerName is one of its profiles (ai-scheduler by default). Every command"
+    " has its own --help."
+)
 
 
 def _fail(command: str, message: str) -> int:
@@ -450,13 +455,30 @@ def _cmd_check_config(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="gpusched", description=__doc__)
+    parser = argparse.ArgumentParser(prog="gpusched", description=DESCRIPTION)
     sub = parser.add_subparsers(dest="command", required=True)
 
     sim = sub.add_parser("simulate", help="run the scheduler over a simulated cluster")
-    sim.add_argument("--seed", type=int, default=1)
-    sim.add_argument("--racks", type=_POSITIVE_INT, default=16)
-    sim.add_argument("--nodes-per-rack", type=_POSITIVE_INT, default=8)
+    sim.add_argument(
+        "--seed",
+        type=int,
+        default=1,
+        help="demo: the seed of the generated fleet and workload; the same seed gives the same"
+        " run (default 1)",
+    )
+    sim.add_argument(
+        "--racks",
+        type=_POSITIVE_INT,
+        default=16,
+        help="demo: racks in the generated fleet, 4 to a spine, each of one node kind"
+        " (H100, V100, T4 or CPU-only) (default 16)",
+    )
+    sim.add_argument(
+        "--nodes-per-rack",
+        type=_POSITIVE_INT,
+        default=8,
+        help="demo: nodes in each generated rack (default 8)",
+    )
     sim.add_argument(
         "--load",
         type=_POSITIVE_FLOAT,

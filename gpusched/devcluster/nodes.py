@@ -2,7 +2,7 @@
 
 A node list is either the openb CSV of the Alibaba GPU trace (``sn,cpu_milli,memory_mib,gpu,
 model``; ``num_gpu`` is accepted for ``gpu``) or a generated fleet of racks and spines. Each
-node carries what a real GPU node shows the scheduler (CONVENTIONS.md): ``nvidia.com/gpu``
+node carries what a real GPU node shows the scheduler (docs/install.md): ``nvidia.com/gpu``
 capacity, GPU Feature Discovery labels, rack/spine labels and the gpusched.io/gpu-inventory
 annotation; plus KWOK's annotation, so only the KWOK controller plays its kubelet.
 """

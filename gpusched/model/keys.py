@@ -1,4 +1,5 @@
-"""Every label and annotation key users read or write (../shared/design/CONVENTIONS.md)."""
+"""Every label and annotation key users read or write (README "What a pod can say",
+docs/install.md "What the nodes must show")."""
 
 SCHEDULER_NAME = "ai-scheduler"
 

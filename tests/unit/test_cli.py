@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import argparse
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -262,7 +264,7 @@ def test_owners_choices_are_the_variants(capsys: pytest.CaptureFixture[str]) -> 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-EXAMPLE = ROOT / "manifests" / "examples" / "scheduler-config.yaml"
+EXAMPLE = ROOT / "config" / "scheduler-config.yaml"
 
 
 def test_check_config_main_ok(capsys: pytest.CaptureFixture[str]) -> None:
@@ -303,3 +305,37 @@ def test_check_config_main_build_failure(
     )
     assert check_config_main(str(f), registry) == 1
     assert "Broken refuses to start" in capsys.readouterr().err
+
+
+def _subparsers(parser: argparse.ArgumentParser) -> Iterator[tuple[str, argparse.ArgumentParser]]:
+    """Every (sub)command's parser, nested ones included, with its full command name."""
+    yield parser.prog, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                yield from _subparsers(sub)
+
+
+def test_every_option_of_every_command_has_help() -> None:
+    """`--help` is the reference users read first: an option without a line there (as
+    `simulate --seed/--racks/--nodes-per-rack` were) is undocumented."""
+    commands = dict(_subparsers(build_parser()))
+    assert {"gpusched run", "gpusched simulate", "gpusched variants write"} <= set(commands)
+    missing = [
+        f"{name} {action.option_strings[0]}"
+        for name, parser in commands.items()
+        for action in parser._actions
+        if action.option_strings and action.help in (None, "")
+    ]
+    assert missing == []
+
+
+def test_top_level_help_describes_the_product(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["--help"])
+    assert exc.value.code == 0
+    out = capsys.readouterr().out
+    assert "secondary scheduler" in out and "schedulerName" in out
+    for command in ("simulate", "run", "agent", "variants", "check-config"):
+        assert command in out
+    assert "arrive with their issues" not in out

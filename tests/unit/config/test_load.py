@@ -47,7 +47,7 @@ from tests.fake_plugins import (
 ROOT = Path(__file__).resolve().parents[3]
 
 
-EXAMPLE = ROOT / "manifests" / "examples" / "scheduler-config.yaml"
+EXAMPLE = ROOT / "config" / "scheduler-config.yaml"
 
 
 def test_minimal_document_is_the_default_profile(registry: Registry) -> None:

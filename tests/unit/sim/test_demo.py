@@ -73,7 +73,7 @@ def test_simulate_command_prints_the_table(capsys: pytest.CaptureFixture[str]) -
 
 
 def test_check_config_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    good = Path(__file__).parents[3] / "manifests/examples/scheduler-config.yaml"
+    good = Path(__file__).parents[3] / "config/scheduler-config.yaml"
     assert main(["check-config", str(good)]) == 0
     assert "OK: 2 profiles" in capsys.readouterr().out
     bad = tmp_path / "bad.yaml"
