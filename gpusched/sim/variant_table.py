@@ -78,7 +78,8 @@ class Row:
     def line(self) -> str:
         f, a = self._mean(self.fgd), self._mean(self.ai)
         b, b_any = self._mean(self.bound), self._mean(self.bound_any)
-        sd = statistics.pstdev(self.ai) if len(self.ai) > 1 else 0.0
+        ran = [x for x in self.ai if not math.isnan(x)]  # NaN: not run (yet)
+        sd = statistics.pstdev(ran) if len(ran) > 1 else 0.0
         change = (a - f) / f * 100 if f else math.nan
         # The fleet bound's assumption (shared pods that fit are placed) fails where a policy
         # drops shared pods and lands below it: the share closed is then against the bound
