@@ -84,18 +84,28 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
         from gpusched.sim.replay_report import replay_main
 
         return replay_main(args)
-    except FileNotFoundError as exc:
-        # openb.py: "trace file not found: DIR/FILE"
-        return _fail("simulate", f"{exc}; check --trace-dir and --pods")
-    except TraceFormatError as exc:
-        return _fail("simulate", f"malformed trace: {exc}; fix the file or pass another --pods")
-    except ConfigError as exc:
-        return _fail("simulate", f"--config: {exc}")
-    except VariantError as exc:
-        # e.g. drop-<MODEL> of a model the node list does not have
-        return _fail("simulate", f"--variant: {exc}")
-    except OSError as exc:
-        return _fail("simulate", f"{exc.filename or ''}: {exc.strerror or exc}")
+    except (OSError, TraceFormatError, ConfigError, VariantError) as exc:
+        return _fail("simulate", _input_problem(exc, "--trace-dir and --pods"))
+
+
+def _input_problem(exc: Exception, inputs: str) -> str:
+    """What to tell the user when reading a trace, a variant or a configuration failed (a
+    clear line, never a traceback); `inputs` names the options to check for a missing file."""
+    from gpusched.config import ConfigError
+    from gpusched.sim.openb import TraceFormatError
+    from gpusched.sim.variants import VariantError
+
+    if isinstance(exc, FileNotFoundError):  # openb.py: "trace file not found: DIR/FILE"
+        return f"{exc}; check {inputs}"
+    if isinstance(exc, TraceFormatError):
+        return f"malformed trace: {exc}; fix the file or pass another --pods"
+    if isinstance(exc, ConfigError):
+        return f"--config: {exc}"
+    if isinstance(exc, VariantError):  # e.g. drop-<MODEL> of a model the nodes do not have
+        return f"variant: {exc}"
+    if isinstance(exc, OSError):
+        return f"{exc.filename or ''}: {exc.strerror or exc}"
+    raise exc
 
 
 def _cmd_simulate_fgd(args: argparse.Namespace) -> int:
@@ -249,14 +259,8 @@ def _cmd_variants_write(args: argparse.Namespace) -> int:
                 f"{label}: {pod_file.name} ({len(pods)} pods),"
                 f" {node_file.name} ({len(vnodes)} nodes)"
             )
-    except VariantError as exc:
-        return _fail("variants write", str(exc))
-    except FileNotFoundError as exc:
-        return _fail("variants write", f"{exc}; check --trace-dir, --pods and --nodes")
-    except TraceFormatError as exc:
-        return _fail("variants write", f"malformed trace: {exc}")
-    except OSError as exc:
-        return _fail("variants write", f"{exc.filename or ''}: {exc.strerror or exc}")
+    except (OSError, TraceFormatError, VariantError) as exc:
+        return _fail("variants write", _input_problem(exc, "--trace-dir, --pods and --nodes"))
     return 0
 
 
