@@ -40,6 +40,9 @@ def free_per_model(snap: NodeColumns) -> NDArray[np.float64]:
 
 def model_pressure(classes: Sequence[TargetClass], snap: NodeColumns) -> NDArray[np.float64]:
     """pressure[m] per model id (all zero when no learnt class is constrained)."""
+    if not any(c.gpu_models and c.gpu_milli for c in classes):
+        # The usual case (no model-constrained pod learnt): no pass over the card columns.
+        return np.zeros(max(1, len(snap.models)), np.float64)
     free = free_per_model(snap)
     out = np.zeros(len(free), np.float64)
     gpu = [c.weight * c.gpu_milli * max(c.gpu_count, 1) for c in classes]

@@ -7,20 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from gpusched.sim.openb import TracePod, write_nodes, write_pods
 from gpusched.sim.variant_table import Row, main
-from tests.unit.sim.test_variants import NODES
+from tests.unit.sim.test_variants import write_tiny_trace
 
 
 @pytest.fixture
 def trace_dir(tmp_path: Path) -> Path:
-    d = tmp_path / "trace"
-    d.mkdir()
-    write_nodes(d / "openb_node_list_gpu_node.csv", NODES)
-    shapes = [(4000, 1, 300, ""), (8000, 1, 1000, ""), (3000, 0, 0, ""), (6000, 1, 500, "T4")]
-    pods = [TracePod(f"p-{i:03d}", *shapes[i % 4][:1], 4096, *shapes[i % 4][1:]) for i in range(80)]
-    write_pods(d / "openb_pod_list_gpuspec10.csv", pods)
-    return d
+    return write_tiny_trace(tmp_path / "trace")
 
 
 def test_every_case_policy_and_seed_is_run_once_and_kept(

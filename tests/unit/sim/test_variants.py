@@ -308,8 +308,12 @@ NODES = tuple(
 
 @pytest.fixture
 def tiny_dir(tmp_path: Path) -> Path:
-    """A tiny openb-format trace dir: shared, whole, multi-card, CPU-only and typed pods."""
-    d = tmp_path / "trace"
+    return write_tiny_trace(tmp_path / "trace")
+
+
+def write_tiny_trace(d: Path) -> Path:
+    """A tiny openb-format trace dir: shared, whole, multi-card, CPU-only and typed pods
+    (the default and gpuspec10 pod lists, the GPU node list)."""
     d.mkdir()
     write_nodes(d / "openb_node_list_gpu_node.csv", NODES)
     shapes = [(4000, 1, 300, ""), (8000, 1, 1000, ""), (16000, 2, 1000, ""), (3000, 0, 0, "")]
