@@ -20,6 +20,7 @@ import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 
 from gpusched.model import keys
+from gpusched.model.gpu_models import canonical_models
 from gpusched.model.node import Card, NodeModel
 from gpusched.model.pod import PodInfo, PodRequest
 from gpusched.sim.fgd_owners import Owner
@@ -88,7 +89,9 @@ def cluster_nodes(
 
 def pod_request(res: PodResource, memory_mib: int) -> PodRequest:
     """The simulator's pod resource as our request (whole cards vs a share of one)."""
-    models = tuple(res.gpu_type.split("|")) if res.gpu_type else ()
+    # The daemon's pod parser's form (canonical names, each once: the trace has
+    # `V100M16|V100M32|V100M32`), so the learnt shapes, and the placements, are the same.
+    models = canonical_models(res.gpu_type.split("|")) if res.gpu_type else ()
     if res.gpu_number == 0 or res.milli_gpu == 0:
         # A GPU pod asking for 0 milli (clamped) holds no GPU in the simulator either.
         return PodRequest(cpu_milli=res.milli_cpu, memory_bytes=memory_mib * MIB)
