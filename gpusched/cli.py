@@ -355,6 +355,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             leader_elect=args.leader_elect,
             config_poll_seconds=args.config_poll_seconds,
             config_map=args.config_map or "",
+            gpu_map=args.gpu_map,
         )
     )
 
@@ -640,6 +641,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAMESPACE/NAME",
         help="the ConfigMap --config is mounted from: a refused reload's Warning Event"
         " regards it (default: $GPUSCHED_CONFIG_MAP, else the scheduler's own Pod)",
+    )
+    run.add_argument(
+        "--gpu-map",
+        action="store_true",
+        help="also serve a read-only GPU map on the metrics port: GET /map (HTML: nodes x"
+        " cards by use, share and temperature, pending pods and why, gangs, quotas) and"
+        " /map.json (docs/gpu-map.md); off by default",
     )
     run.set_defaults(func=_cmd_run)
 

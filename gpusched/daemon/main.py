@@ -16,6 +16,7 @@ import aiohttp
 from gpusched.config import ConfigError, SchedulerConfig, default_config
 from gpusched.core.runtime.validate import validate_profiles
 from gpusched.daemon.daemon import Daemon, DaemonOptions, Logger
+from gpusched.daemon.gpu_map import map_routes
 from gpusched.daemon.reload import DEFAULT_POLL_SECONDS, digest, read_new_config
 from gpusched.framework.registry import Registry
 from gpusched.kube import faults
@@ -38,6 +39,8 @@ class RunArgs:
     # --config-map NAMESPACE/NAME (default $GPUSCHED_CONFIG_MAP): the ConfigMap the file
     # is mounted from, which a refused reload's Warning Event regards.
     config_map: str = ""
+    # --gpu-map: serve GET /map and /map.json on the metrics port (docs/gpu-map.md).
+    gpu_map: bool = False
 
 
 def effective_config(args: RunArgs, registry: Registry) -> SchedulerConfig:
@@ -71,6 +74,13 @@ def run_main(args: RunArgs) -> int:
     """Exit codes: 0 after a clean stop, 2 for a bad configuration, 1 if we cannot start
     or when leadership is lost (a restart re-syncs from the API). A malformed
     GPUSCHED_FAULT (kube/faults.py, tests only) is exit 2 too."""
+    if args.gpu_map and not args.metrics_port:
+        print(
+            "gpusched run: --gpu-map is served on the metrics port: give --metrics-port a"
+            " port (not 0)",
+            file=sys.stderr,
+        )
+        return 2
     try:
         fault = faults.arm_from_env()
     except faults.FaultSpecError as exc:
@@ -211,6 +221,7 @@ async def _run(
                     args.metrics_port,
                     lambda: daemon.is_ready,
                     daemon.liveness.problems,
+                    routes=map_routes(daemon) if args.gpu_map else (),
                 )
             except OSError as exc:
                 print(

@@ -7,7 +7,7 @@ daemons in one process without duplicate-registration errors.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -147,11 +147,13 @@ async def serve(
     ready: Callable[[], bool],
     problems: Callable[[], list[str]] = _always_healthy,
     host: str = "0.0.0.0",
+    routes: Sequence[web.AbstractRouteDef] = (),
 ) -> web.AppRunner:
     """Start the health/metrics server; the caller cleans the runner up on exit.
 
     /healthz (liveness) answers 500 with one line per problem `problems()` names, else ok;
-    /readyz (readiness) answers 503 until `ready()`."""
+    /readyz (readiness) answers 503 until `ready()`. `routes`: more pages the daemon serves
+    on the same port (the GPU map, daemon/gpu_map), defined above this layer."""
 
     async def healthz(_: web.Request) -> web.Response:
         found = problems()
@@ -174,6 +176,7 @@ async def serve(
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics_handler)
+    app.add_routes(routes)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     await web.TCPSite(runner, host, port).start()
