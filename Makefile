@@ -8,7 +8,7 @@ GPUSCHED_CACHE ?= $(HOME)/.cache/gpusched
 export GPUSCHED_CACHE
 STAMP := $(VENV)/.installed
 
-.PHONY: all venv bins prometheus demo demo-cluster test test-unit test-integration soak-faults lint bench bench-churn bench-cluster packing-bound cluster-up cluster-down clean
+.PHONY: all venv bins prometheus browser demo demo-cluster test test-unit test-integration soak-faults lint bench bench-churn bench-cluster packing-bound cluster-up cluster-down clean
 
 all: test
 
@@ -28,6 +28,23 @@ bins:
 # binary cache; no root (gpusched/devcluster/prometheus.py).
 prometheus: venv
 	@$(PY) -m gpusched.devcluster prometheus
+
+# The GPU map's browser test (tests/integration/test_gpu_map_browser.py): Debian's Chromium,
+# run headless. Installed here when missing (CI runs as root on Debian 12); anyone else is
+# told the command. The test fails, never skips, without it.
+CHROMIUM ?= /usr/bin/chromium
+browser:
+	@if [ -x $(CHROMIUM) ]; then exit 0; fi; \
+	if [ "$$(id -u)" != 0 ]; then \
+		echo "make browser: $(CHROMIUM) is missing; the GPU map's browser test needs Debian's" \
+			"chromium. As root: apt-get install -y --no-install-recommends chromium" >&2; \
+		exit 1; \
+	fi; \
+	echo "make browser: installing Debian's chromium (the GPU map's browser test)"; \
+	apt-get install -y --no-install-recommends chromium \
+		|| { apt-get update && apt-get install -y --no-install-recommends chromium; } \
+		|| { echo "make browser: apt-get could not install chromium" >&2; exit 1; }; \
+	test -x $(CHROMIUM) || { echo "make browser: $(CHROMIUM) still missing" >&2; exit 1; }
 
 # A local control plane to point kubectl at (tools/README.md): `make cluster-up` starts etcd,
 # kube-apiserver, KWOK and kube-scheduler on loopback, loads NODES generated GPU nodes
@@ -58,13 +75,13 @@ cluster-status: venv
 demo: venv
 	$(VENV)/bin/gpusched simulate
 
-test: venv bins prometheus
+test: venv bins prometheus browser
 	$(PY) -m pytest tests
 
 test-unit: venv
 	$(PY) -m pytest tests/unit
 
-test-integration: venv bins prometheus
+test-integration: venv bins prometheus browser
 	$(PY) -m pytest tests/integration
 
 # The fault suite, longer (README "Safety"): the kill -9 and Lease-edit scenarios

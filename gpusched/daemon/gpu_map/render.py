@@ -40,6 +40,7 @@ from gpusched.model.node import FULL_CARD_MILLI
 
 NO_RACK = "(no rack label)"
 POLL_MS = 5000  # the inline script's map.json poll
+ROOMY_NODES = 64  # up to this many nodes on the page, cells are drawn larger
 
 
 def esc(value: object) -> str:
@@ -131,6 +132,7 @@ overflow:hidden;text-overflow:ellipsis}
 .cards{display:flex;gap:2px}
 .card{display:inline-block;width:12px;height:18px;border:1px solid #9aa3b5;
 border-top-width:4px;border-radius:2px;background:#fff}
+.roomy .card{width:20px;height:30px;border-top-width:6px}
 .card.free{background:#e6f4ea;border-color:#8cc79c}
 .card.whole{background:#2456a6;border-color:#173a73}
 .card.shared{border-color:#c46a00;background:linear-gradient(to top,#f08c00 var(--u),
@@ -288,7 +290,9 @@ def _stats(data: MapData) -> str:
 
 
 def _nodes(data: MapData, fragments: Fragments) -> Iterable[str]:
-    yield '<section id="nodes"><h2>Nodes &times; cards</h2>'
+    # A small cluster gets bigger cells; a large one stays compact enough to scan.
+    roomy = ' class="roomy"' if len(data.nodes) <= ROOMY_NODES else ""
+    yield f'<section id="nodes"{roomy}><h2>Nodes &times; cards</h2>'
     if data.pages > 1:
         links = " ".join(
             f'<a href="map?page={i}">{i + 1}</a>' if i != data.page else f"<b>{i + 1}</b>"

@@ -14,9 +14,12 @@ from typing import Any
 
 import orjson
 import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestClient, TestServer
 
 from gpusched.config import default_config
 from gpusched.daemon import Daemon, DaemonOptions
+from gpusched.daemon.gpu_map import map_routes
 from gpusched.daemon.gpu_map.collect import collect, thermal_lines
 from gpusched.daemon.gpu_map.render import SCRIPT, SCRIPT_HASH, render_html, stamp, to_json_bytes
 from gpusched.daemon.gpu_map.routes import CSP, GATED, PendingReasons
@@ -320,3 +323,24 @@ def test_pending_reasons_chain_the_callbacks_before_them_and_stay_bounded() -> N
     assert reasons.get(pods[0].uid) == (GATED, "SchedulingGates: gate open")
     reasons.keep_only(lambda uid: uid == pods[2].uid)
     assert len(reasons) == 1 and reasons.get(pods[2].uid) is not None
+
+
+async def test_the_routes_serve_the_page_and_its_json_with_a_strict_policy() -> None:
+    d = _daemon()
+    d.cache.upsert_node(
+        node_from_k8s(node_object(NodeSpec("gpu-a", 2, "A100M80", 32000, 65536, "r1", "s1")))
+    )
+    app = web.Application()
+    app.add_routes(map_routes(d))
+    async with TestClient(TestServer(app)) as client:
+        page = await client.get("/map")
+        assert page.status == 200
+        assert page.headers["Content-Type"].startswith("text/html")
+        assert page.headers["Content-Security-Policy"] == CSP
+        text = await page.text()
+        assert 'data-node="gpu-a"' in text
+        doc = await client.get("/map.json?page=nonsense")
+        assert doc.status == 200
+        body = orjson.loads(await doc.read())
+        assert [n["name"] for n in body["nodes"]] == ["gpu-a"]
+        assert body["stamp"] in text  # the page and its JSON agree on what is shown

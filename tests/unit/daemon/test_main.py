@@ -44,3 +44,12 @@ def test_a_malformed_fault_variable_stops_start_up_naming_it(
     err = capsys.readouterr().err
     assert "GPUSCHED_FAULT='bind-sent:soon'" in err and "<point>:<n>" in err
     assert faults.armed() is None
+
+
+def test_the_gpu_map_is_off_by_default_and_needs_the_metrics_port(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert build_parser().parse_args(["run"]).gpu_map is False
+    assert build_parser().parse_args(["run", "--gpu-map"]).gpu_map is True
+    assert run_main(RunArgs(metrics_port=0, gpu_map=True)) == 2
+    assert "--gpu-map is served on the metrics port" in capsys.readouterr().err
