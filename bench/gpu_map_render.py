@@ -1,7 +1,8 @@
 """How long the GPU map (gpusched/daemon/gpu_map) takes at 1,000 nodes x 8 cards: the HTML
 and JSON rendering in Python (on the daemon's event loop, once per second at most) of a
-synthetic busy cluster, and, with --chromium, Chromium's load and screenshot of the page
-(docs/gpu-map.md).
+synthetic busy cluster, the collection of the data from a daemon's cache holding such a
+cluster (a Daemon object with no API server: nodes and bound pods put in its cache), and,
+with --chromium, Chromium's load and screenshot of the page (docs/gpu-map.md).
 
     python bench/gpu_map_render.py [--nodes 1000] [--cards 8] [--chromium] [--out DIR]
 """
@@ -9,6 +10,7 @@ synthetic busy cluster, and, with --chromium, Chromium's load and screenshot of 
 from __future__ import annotations
 
 import argparse
+import io
 import random
 import shutil
 import subprocess
@@ -16,6 +18,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from gpusched.config import default_config
+from gpusched.daemon import Daemon, DaemonOptions
+from gpusched.daemon.gpu_map.collect import NodeViews, collect
 from gpusched.daemon.gpu_map.render import Fragments, render_html, stamp, to_json_bytes
 from gpusched.daemon.gpu_map.view import (
     CardView,
@@ -27,7 +32,12 @@ from gpusched.daemon.gpu_map.view import (
     QuotaView,
     by_reason,
 )
-from gpusched.model import quota
+from gpusched.devcluster.nodes import NodeSpec, node_object
+from gpusched.model import keys, quota
+from gpusched.model.node import node_from_k8s
+from gpusched.model.pod import pod_from_k8s
+from gpusched.observability.logging import make_logger
+from gpusched.plugins import default_registry
 
 
 def synthetic(nodes: int, cards: int, seed: int = 1) -> MapData:
@@ -90,6 +100,49 @@ def synthetic(nodes: int, cards: int, seed: int = 1) -> MapData:
     )
 
 
+def busy_daemon(nodes: int, cards: int, seed: int = 1) -> Daemon:
+    """A Daemon (never started, no API server) whose cache holds `nodes` x `cards` with
+    about 40 % of the cards held whole and 30 % by a 500m share."""
+    registry = default_registry()
+    d = Daemon(
+        None,  # type: ignore[arg-type]  # only its cache is read
+        default_config(registry),
+        registry,
+        make_logger(io.StringIO()),
+        options=DaemonOptions(warm_up=False, pod_groups=False),
+    )
+    rng = random.Random(seed)
+    for n in range(nodes):
+        name = f"gpu-node-{n:04d}"
+        spec = NodeSpec(name, cards, "A100M80", 96_000, 1_048_576, f"rack-{n // 16:03d}", "s")
+        d.cache.upsert_node(node_from_k8s(node_object(spec)))
+        for c in range(cards):
+            kind = rng.random()
+            if kind >= 0.7:
+                continue
+            shared = kind >= 0.4
+            annotations = {keys.GPU_IDS: str(c)}
+            if shared:
+                annotations |= {keys.GPU_MILLI: "500", keys.GPU_MILLI_ASSIGNED: "500"}
+            limits = {} if shared else {keys.GPU_RESOURCE: "1"}
+            raw = {
+                "metadata": {
+                    "name": f"pod-{n}-{c}",
+                    "namespace": f"team-{n % 7}",
+                    "uid": f"uid-{n}-{c}",
+                    "annotations": annotations,
+                },
+                "spec": {
+                    "schedulerName": keys.SCHEDULER_NAME,
+                    "nodeName": name,
+                    "containers": [{"name": "c", "resources": {"limits": limits}}],
+                },
+                "status": {"phase": "Running"},
+            }
+            d.cache.add_or_update_pod(pod_from_k8s(raw))
+    return d
+
+
 def _best(fn: object, repeat: int = 5) -> float:
     assert callable(fn)
     times = []
@@ -120,6 +173,13 @@ def main() -> None:
     print(f"  render_html   {warm * 1e3:7.1f} ms (best of 5, no node changed since the last)")
     print(f"  stamp         {_best(lambda: stamp(data)) * 1e3:7.1f} ms (best of 5)")
     print(f"  to_json_bytes {_best(lambda: to_json_bytes(data)) * 1e3:7.1f} ms (best of 5)")
+    d = busy_daemon(args.nodes, args.cards)
+    cold = _best(lambda: collect(d, lambda _uid: None))
+    views: NodeViews = {}
+    collect(d, lambda _uid: None, views=views)
+    warm = _best(lambda: collect(d, lambda _uid: None, views=views))
+    print(f"  collect       {cold * 1e3:7.1f} ms (best of 5, {len(d.cache.pods)} pods, cold)")
+    print(f"  collect       {warm * 1e3:7.1f} ms (best of 5, no node changed since the last)")
     if not args.chromium:
         return
     chromium = shutil.which("chromium")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from gpusched.core.queue import QueuedPodInfo
@@ -39,6 +39,8 @@ MAX_PENDING_SHOWN = 200  # a backlog of 20,000 pods is summarised by reason, not
 _QUEUE_ORDER = {"unschedulable": 0, "gated": 1, "backoff": 2, "active": 3, "inflight": 4}
 
 Reasons = Callable[[str], tuple[str, str] | None]  # pod uid -> (reason, message)
+NodeKey = tuple[str, int, int, int, tuple[float | None, ...]]
+NodeViews = dict[NodeKey, NodeView]  # by _version
 
 
 def thermal_lines(daemon: Daemon) -> tuple[float, float]:
@@ -59,22 +61,35 @@ def collect(
     page: int = 0,
     per_page: int = NODES_PER_PAGE,
     clock: Callable[[], float] = time.time,
+    views: NodeViews | None = None,
 ) -> MapData:
+    """`views`: the node views of the previous call, reused for the rows that did not
+    change since (and replaced by this call's)."""
     red_line, cool = thermal_lines(daemon)
     snap = daemon.cache.snapshot
     order = sorted(snap.rows, key=lambda name: (_rack(daemon, name), name))
     pages = max(1, -(-len(order) // per_page))
     page = min(max(page, 0), pages - 1)
     chosen = order[page * per_page : (page + 1) * per_page]
-    holders = _holders(daemon, set(chosen))
-    nodes = tuple(_node(daemon, name, holders) for name in chosen)
+    previous = views if views is not None else {}
+    fresh: NodeViews = {}
+    nodes = []
+    for name in chosen:
+        key = _version(daemon, name)
+        view = previous.get(key)
+        if view is None:
+            view = _node(daemon, name)
+        fresh[key] = view
+        nodes.append(view)
+    previous.clear()
+    previous.update(fresh)
     pending = sorted(_queued(daemon), key=lambda i: (_QUEUE_ORDER.get(i.where, 9), i.pod.key))
-    views = [_pending(info, reasons) for info in pending]
+    shown = [_pending(info, reasons) for info in pending]
     return MapData(
-        nodes=nodes,
-        pending=tuple(views[:MAX_PENDING_SHOWN]),
-        pending_total=len(views),
-        pending_by_reason=by_reason(views),
+        nodes=tuple(nodes),
+        pending=tuple(shown[:MAX_PENDING_SHOWN]),
+        pending_total=len(shown),
+        pending_by_reason=by_reason(shown),
         gangs=_gangs(daemon),
         quotas=_quotas(daemon),
         red_line=red_line,
@@ -93,27 +108,33 @@ def _rack(daemon: Daemon, name: str) -> str:
     return node.rack if node is not None else ""
 
 
-def _holders(daemon: Daemon, names: set[str]) -> dict[tuple[str, int], tuple[bool, list[str]]]:
-    """(node, card) -> (held by a whole-card pod, the pods holding it), for `names`."""
-    out: dict[tuple[str, int], tuple[bool, list[str]]] = {}
-    for entry in daemon.cache.allocations():
-        alloc = entry.alloc
-        if alloc is None or not alloc.cards or alloc.node not in names:
-            continue
-        whole = entry.pod.request.gpu_cards > 0
-        for card in alloc.cards:
-            was, pods = out.get((alloc.node, card), (False, []))
-            pods.append(entry.pod.key)
-            out[(alloc.node, card)] = (was or whole, pods)
-    return out
+def _version(daemon: Daemon, name: str) -> NodeKey:
+    """What a node's view depends on: its row's version (bumped by every change of its
+    node object, cards, health or the pods on it, assumed ones included), the model names'
+    numbering, and the row's readings (which bump no row version; keyed by value, so a
+    telemetry refresh rebuilds only the nodes whose temperatures moved)."""
+    snap = daemon.cache.snapshot
+    row = snap.rows[name]
+    temps = tuple(_reading(t) for t in snap.card_temp[row].tolist())
+    return (name, row, int(snap.row_version[row]), snap.models.epoch, temps)
 
 
-def _node(
-    daemon: Daemon, name: str, holders: Mapping[tuple[str, int], tuple[bool, list[str]]]
-) -> NodeView:
+def _node(daemon: Daemon, name: str) -> NodeView:
     snap = daemon.cache.snapshot
     row = snap.rows[name]
     node = snap.nodes[row]
+    # (held by a whole-card pod, the pods holding it) per card, from this node's pods only.
+    holders: dict[int, tuple[bool, list[str]]] = {}
+    for pod in daemon.cache.pods_on_node(name):
+        entry = daemon.cache.get(pod.uid)
+        alloc = entry.alloc if entry is not None else None
+        if alloc is None:
+            continue
+        whole = pod.request.gpu_cards > 0
+        for card in alloc.cards:
+            was, pods = holders.get(card, (False, []))
+            pods.append(pod.key)
+            holders[card] = (was or whole, pods)
     # One list per column of the row: numpy item access per card costs more than the rest.
     models = snap.card_model[row].tolist()
     free = snap.card_free_milli[row].tolist()
@@ -123,7 +144,7 @@ def _node(
     for index, model_id in enumerate(models):
         if model_id == NO_CARD:
             continue
-        whole, pods = holders.get((name, index), (False, []))
+        whole, pods = holders.get(index, (False, []))
         cards.append(
             CardView(
                 index=index,

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from gpusched.daemon.gpu_map.collect import NODES_PER_PAGE, collect
+from gpusched.daemon.gpu_map.collect import NODES_PER_PAGE, NodeViews, collect
 from gpusched.daemon.gpu_map.render import SCRIPT_HASH, Fragments, render_html, to_json_bytes
 from gpusched.daemon.gpu_map.view import MapData
 from gpusched.daemon.reporting import Reporter
@@ -114,6 +114,7 @@ def map_routes(daemon: Daemon, clock: Callable[[], float] = time.monotonic) -> l
     reasons.listen(daemon)
     cached: dict[int, tuple[float, MapData]] = {}
     fragments: Fragments = {}
+    views: NodeViews = {}
 
     def data(request: web.Request) -> MapData:
         try:
@@ -125,7 +126,7 @@ def map_routes(daemon: Daemon, clock: Callable[[], float] = time.monotonic) -> l
         if hit is not None and now - hit[0] < CACHE_SECONDS:
             return hit[1]
         reasons.keep_only(lambda uid: bool(daemon.queue.where(uid)))
-        built = collect(daemon, reasons.get, page=page, per_page=NODES_PER_PAGE)
+        built = collect(daemon, reasons.get, page=page, per_page=NODES_PER_PAGE, views=views)
         cached.clear()
         cached[page] = (now, built)
         return built

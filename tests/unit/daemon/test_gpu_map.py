@@ -344,3 +344,23 @@ async def test_the_routes_serve_the_page_and_its_json_with_a_strict_policy() -> 
         body = orjson.loads(await doc.read())
         assert [n["name"] for n in body["nodes"]] == ["gpu-a"]
         assert body["stamp"] in text  # the page and its JSON agree on what is shown
+
+
+def test_node_views_are_rebuilt_only_when_their_row_or_readings_change() -> None:
+    d = _daemon()
+    for name in ("gpu-a", "gpu-b"):
+        spec = NodeSpec(name, 2, "A100M80", 32000, 65536, "r1", "s1")
+        d.cache.upsert_node(node_from_k8s(node_object(spec)))
+    views: dict[Any, NodeView] = {}
+    a1, b1 = collect(d, lambda _uid: None, views=views).nodes
+    a2, b2 = collect(d, lambda _uid: None, views=views).nodes
+    assert a2 is a1 and b2 is b1  # nothing changed: reused
+    d.cache.add_or_update_pod(_pod("train", gpus=1, node="gpu-a", ids="1"))
+    a3, b3 = collect(d, lambda _uid: None, views=views).nodes
+    assert a3 is not a1 and [c.use for c in a3.cards] == [FREE, WHOLE]
+    assert b3 is b1
+    snap = d.cache.snapshot
+    snap.set_card_reading(snap.rows["gpu-b"], 0, [84.0] + [math.nan] * 6, at=1.0)
+    a4, b4 = collect(d, lambda _uid: None, views=views).nodes
+    assert a4 is a3 and b4.cards[0].temp == 84.0
+    assert len(views) == 2
