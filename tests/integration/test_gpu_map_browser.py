@@ -1,8 +1,9 @@
 """The GPU map (`gpusched run --gpu-map`, docs/gpu-map.md) in a real headless Chromium,
 served by a real `gpusched run` process on the local control plane: whole-card, shared and
-gang pods bound, one pod that cannot fit, an ElasticQuota; the page's screenshot must show
-the colours of each kind of card, and its rendered DOM the node, the shared card, the
-pending pod with its reason, the gang with its members and the quota.
+gang pods bound, one pod that cannot fit, an ElasticQuota, live telemetry from a real
+Prometheus; the page's screenshot must show the colours of each kind of card and of the red
+line, and its rendered DOM the node, the shared cards, the temperature classes, the pending
+pod with its reason, the gang with its members and the quota.
 
 Chromium is Debian's package (`make browser` installs it; `make test` depends on it): a
 missing browser fails this test, never skips it.
@@ -15,6 +16,7 @@ import os
 import shutil
 import socket
 import time
+from collections.abc import AsyncIterator, Iterator
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
@@ -27,8 +29,11 @@ import yaml
 from PIL import Image  # matplotlib's dependency: the `plot` extra `make test` installs
 
 from gpusched.config import API_VERSION, KIND
-from gpusched.devcluster import LocalCluster
+from gpusched.devcluster import BinaryNotFoundError, LocalCluster, StartError
 from gpusched.devcluster.demo import demo_pod
+from gpusched.devcluster.fake_dcgm import FakeDcgmExporter
+from gpusched.devcluster.nodes import gpu_inventory
+from gpusched.devcluster.prometheus import PrometheusServer
 from gpusched.devcluster.testkit import pod_manifest
 from gpusched.kube import ApiError, Kube
 from gpusched.model import keys
@@ -55,7 +60,31 @@ WINDOW = (1400, 1000)
 WHOLE_RGB = (0x24, 0x56, 0xA6)
 SHARED_RGB = (0xF0, 0x8C, 0x00)
 FREE_RGB = (0xE6, 0xF4, 0xEA)
+HOT_RGB = (0xD6, 0x28, 0x28)  # the top edge (and outline) of a card at the red line
 MAP_TIMEOUT = 60.0
+
+
+@pytest.fixture
+def prometheus(cluster: LocalCluster) -> Iterator[PrometheusServer]:
+    try:
+        server = cluster.start_prometheus()
+    except (BinaryNotFoundError, StartError) as exc:
+        pytest.fail(f"prometheus unavailable: {exc}", pytrace=False)
+    try:
+        yield server
+    finally:
+        cluster.stop_prometheus(server)
+
+
+@pytest.fixture
+async def exporter(prometheus: PrometheusServer) -> AsyncIterator[FakeDcgmExporter]:
+    fake = await FakeDcgmExporter().start()
+    prometheus.set_targets([fake.target])
+    try:
+        yield fake
+    finally:
+        prometheus.set_targets([])
+        await fake.stop()
 
 
 def _free_port() -> int:
@@ -104,11 +133,16 @@ class _Dom(HTMLParser):
         super().__init__()
         self.tags: list[tuple[str, dict[str, str]]] = []
         self.rows: dict[tuple[str, str], list[str]] = {}
+        # data-node value -> the tags inside that node's box (its card cells).
+        self.nodes: dict[str, list[tuple[str, dict[str, str]]]] = {}
         self._open: list[tuple[str, tuple[str, str] | None]] = []
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         a = {k: v or "" for k, v in attrs}
         self.tags.append((tag, a))
+        for _, open_mark in self._open:
+            if open_mark is not None and open_mark[0] == "data-node":
+                self.nodes.setdefault(open_mark[1], []).append((tag, a))
         mark = next(((k, a[k]) for k in self.KEYS if k in a), None)
         if mark is not None:
             self.rows.setdefault(mark, [])
@@ -176,7 +210,12 @@ def _distinct_colours(pixels: np.ndarray) -> int:
 
 
 async def test_the_gpu_map_renders_in_headless_chromium(
-    cluster: LocalCluster, kube: Kube, namespace: str, tmp_path: Path
+    cluster: LocalCluster,
+    kube: Kube,
+    namespace: str,
+    tmp_path: Path,
+    prometheus: PrometheusServer,
+    exporter: FakeDcgmExporter,
 ) -> None:
     t0 = time.monotonic()
     assert shutil.which(CHROMIUM), (
@@ -190,7 +229,31 @@ async def test_the_gpu_map_renders_in_headless_chromium(
     # Leader election on, with a private Lease (deleted at the end): the daemon compiles
     # its kernels before it seeks the Lease, so the pods below are not held up by a cold
     # compile inside their first attempt.
-    settings = daemon_settings()
+    # Telemetry through a real Prometheus scraping a fake dcgm-exporter: the A100 node's
+    # cards read 60 °C but one at 78 (warm); the T4 node's 85 (at the 82 °C red line,
+    # so Thermal keeps the GPU pods off it); the V100 node is not exported (no data).
+    a100, v100, t4 = specs
+    for spec, temp in ((a100, 60), (t4, 85)):
+        exporter.add_node(spec.name, spec.gpus, uuids=[c["uuid"] for c in gpu_inventory(spec)])
+        exporter.set(spec.name, temp=temp)
+    exporter.set(a100.name, gpu=7, temp=78)
+    settings = {
+        **daemon_settings(),
+        "telemetry": {
+            "prometheusUrl": prometheus.url,
+            "intervalSeconds": 0.5,
+            "queryTimeoutSeconds": 0.5,
+            "staleAfterSeconds": 30,
+        },
+        # No projected warming: the cards are judged by what they read (78 °C is not
+        # pushed over the line by the pods placed on it).
+        "profiles": [
+            {
+                "schedulerName": keys.SCHEDULER_NAME,
+                "pluginConfig": [{"name": "Thermal", "args": {"fullLoadRiseCelsius": 0}}],
+            }
+        ],
+    }
     config.write_text(yaml.safe_dump({"apiVersion": API_VERSION, "kind": KIND, **settings}))
     le = settings["leaderElection"]
     lease = f"/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/{le['resourceName']}"
@@ -265,7 +328,13 @@ async def test_the_gpu_map_renders_in_headless_chromium(
                     and gang is not None
                     and gang["placed"] + gang["running"] == 2
                     and f"{namespace}/team-quota" in quotas
+                    and temps(doc, t4.name) == [85.0, 85.0]
+                    and temps(doc, a100.name) == [60.0] * 7 + [78.0]
                 )
+
+            def temps(doc: dict[str, Any], node: str) -> list[float | None]:
+                (found,) = [n for n in doc["nodes"] if n["name"] == node]
+                return [c["temp"] for c in found["cards"]]
 
             doc = await _until_map(base, complete, "every pod placed, refused, grouped")
             pending = next(p for p in doc["pending"]["shown"] if p["pod"] == refused)
@@ -299,12 +368,12 @@ async def test_the_gpu_map_renders_in_headless_chromium(
     assert _colour_pixels(pixels, WHOLE_RGB) > 100, "no whole-card blue in the screenshot"
     assert _colour_pixels(pixels, SHARED_RGB) > 20, "no shared-card orange in the screenshot"
     assert _colour_pixels(pixels, FREE_RGB) > 100, "no free-card green in the screenshot"
+    assert _colour_pixels(pixels, HOT_RGB) > 20, "no red-line red in the screenshot"
 
     # The DOM as Chromium rendered it.
     dom = _Dom()
     dom.feed(dumped.decode())
-    first = specs[0].name
-    assert first in dom.text("data-node", first)
+    assert a100.name in dom.text("data-node", a100.name)
     shared = [
         a
         for tag, a in dom.tags
@@ -312,8 +381,16 @@ async def test_the_gpu_map_renders_in_headless_chromium(
     ]
     # 250m and 500m, on one card or two.
     assert sum(int(a["data-milli"]) for a in shared) == 750, shared
-    assert all("t-nodata" in a["class"].split() for a in shared)  # no telemetry: no data
-    assert any(a.get("id") == "no-telemetry" for _, a in dom.tags)
+    cells = {
+        (node, a["data-card"]): a["class"].split()
+        for node in (a100.name, v100.name, t4.name)
+        for tag, a in dom.nodes[node]
+        if tag == "span" and "data-card" in a
+    }
+    assert "t-hot" in cells[(t4.name, "0")] and "t-hot" in cells[(t4.name, "1")]
+    assert "t-warm" in cells[(a100.name, "7")] and "t-cool" in cells[(a100.name, "0")]
+    assert all("t-nodata" in cells[(v100.name, str(i))] for i in range(8))  # not exported
+    assert not any(a.get("id") == "no-telemetry" for _, a in dom.tags)
     row = dom.text("data-pod", refused)
     assert "Unschedulable" in row and " ".join(message.split()) in row, row
     gang = dom.text("data-gang", f"{namespace}/trainers")
