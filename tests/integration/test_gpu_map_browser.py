@@ -127,7 +127,7 @@ class _Dom(HTMLParser):
     """Start tags with their attributes, and the text inside each element carrying one of
     the data-* keys the page marks its rows and cells with."""
 
-    KEYS = ("data-node", "data-pod", "data-gang", "data-quota")
+    KEYS = ("data-node", "data-pod", "data-gang", "data-quota", "id")
 
     def __init__(self) -> None:
         super().__init__()
@@ -349,7 +349,11 @@ async def test_the_gpu_map_renders_in_headless_chromium(
             shot = tmp_path / "gpu-map.png"
             profile = tmp_path / "chromium-profile"
             await _chromium(f"--screenshot={shot}", f"{base}/map", profile=profile)
-            dumped = await _chromium("--dump-dom", f"{base}/map", profile=profile)
+            # The DOM after the page's script polled map.json once (virtual time runs its
+            # 5 s timer at once): it ran under the page's Content-Security-Policy.
+            dumped = await _chromium(
+                "--dump-dom", "--virtual-time-budget=8000", f"{base}/map", profile=profile
+            )
             stopped = await daemon.terminate()
         finally:
             await daemon.kill()
@@ -374,6 +378,9 @@ async def test_the_gpu_map_renders_in_headless_chromium(
     dom = _Dom()
     dom.feed(dumped.decode())
     assert a100.name in dom.text("data-node", a100.name)
+    # The server writes "… UTC"; the script, after its poll, the browser's local time.
+    asof = "".join(dom.rows.get(("id", "asof"), []))
+    assert asof and not asof.endswith("UTC"), f"the page's script did not run: {asof!r}"
     shared = [
         a
         for tag, a in dom.tags
