@@ -332,8 +332,8 @@ LEGEND = (
         "cards no pod held once the first three waves were placed.",
     ),
     (
-        "fragmented",
-        "of those, the free cards on nodes with fewer free cards than one gang member"
+        "fragmentation",
+        "of those free cards, the free cards on nodes with fewer free cards than one gang member"
         " needs: free, but of no use to the job waiting (fewer is better). Spreading leaves"
         " a few free cards on every node; packing leaves whole blocks.",
     ),
