@@ -13,10 +13,13 @@ STAMP := $(VENV)/.installed
 
 all: test
 
+# Not quiet: on a fresh machine the install takes minutes, and pip's "Collecting ..." lines
+# show it progressing.
 $(STAMP): pyproject.toml
+	@echo "make: creating $(VENV) with the Python dependencies (minutes on a fresh machine)"
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev,plot]'
+	$(PY) -m pip install --progress-bar off -e '.[dev,plot]'
 	@touch $(STAMP)
 
 venv: $(STAMP)
@@ -53,8 +56,10 @@ cluster-down: venv
 # cards -> why; then the same workload on an identical fresh cluster under kube-scheduler's
 # default profile (stopped at the end), side by side with a verdict and a legend.
 # gpusched's cluster and daemon keep running for kubectl until `make cluster-down`.
+# BASELINE=gpu-packing compares with kube-scheduler tuned to pack GPUs instead.
+BASELINE ?= default
 demo: venv bins
-	$(PY) -m gpusched.devcluster.demo up
+	$(PY) -m gpusched.devcluster.demo --baseline $(BASELINE) up
 
 # The former name of `make demo`.
 demo-cluster: demo

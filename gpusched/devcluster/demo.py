@@ -492,6 +492,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m gpusched.devcluster.demo")
     parser.add_argument("--state-dir", type=Path, default=STATE_DIR)
     parser.add_argument("--workload", type=Path, default=WORKLOAD)
+    parser.add_argument(
+        "--baseline",
+        choices=("default", "gpu-packing"),
+        default="default",
+        help="kube-scheduler's profile in the comparison: as shipped (default), or tuned"
+        " to pack GPUs (MostAllocated, nvidia.com/gpu weight 10)",
+    )
     parser.add_argument("command", choices=("up", "stop", "write-workload"))
     args = parser.parse_args(argv)
     try:
@@ -499,7 +506,7 @@ def main(argv: list[str] | None = None) -> int:
             # Here: demo_run imports this module's helpers.
             from gpusched.devcluster import demo_run  # noqa: PLC0415
 
-            return demo_run.run(args.state_dir)
+            return demo_run.run(args.state_dir, baseline=args.baseline)
         if args.command == "stop":
             return cmd_stop(args.state_dir)
         write_workload(args.workload)

@@ -288,19 +288,22 @@ def verdict(table_rows: Sequence[Row]) -> str:
     ours = [r.short for r in judged if r.winner == "gpusched"]
     theirs = [r.short for r in judged if r.winner == "kube-scheduler"]
     equal = [r.short for r in judged if r.winner == "="]
+    if not ours and not theirs:
+        return f"Verdict: no difference on any of the {len(judged)} judged rows."
     if ours and not theirs:
-        head = "gpusched did better"
+        head = f"gpusched ahead: better on {len(ours)} of {len(judged)} rows{_names(ours)}"
+        head += ", worse on none"
     elif theirs and not ours:
-        head = "kube-scheduler did better"
-    elif not ours and not theirs:
-        head = "no difference"
+        head = f"kube-scheduler ahead: better on {len(theirs)} of {len(judged)} rows"
+        head += f"{_names(theirs)}, worse on none"
     else:
-        head = "mixed"
-    parts = [f"gpusched better on {len(ours)} of {len(judged)}" + _names(ours)]
-    parts.append(f"kube-scheduler better on {len(theirs)}" + _names(theirs))
+        head = (
+            f"mixed: gpusched better on {len(ours)} of {len(judged)} rows{_names(ours)},"
+            f" kube-scheduler better on {len(theirs)}{_names(theirs)}"
+        )
     if equal:
-        parts.append(f"equal on {len(equal)}" + _names(equal))
-    return f"Verdict: {head}: " + "; ".join(parts) + "."
+        head += f", equal on {len(equal)}{_names(equal)}"
+    return f"Verdict: {head}."
 
 
 def _names(names: Sequence[str]) -> str:

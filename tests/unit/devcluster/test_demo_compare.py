@@ -6,9 +6,11 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
+import yaml
 from rich.console import Console
 
 from gpusched.devcluster import demo, demo_compare, demo_run, demo_workload
+from gpusched.devcluster.configs import kube_scheduler_config
 from gpusched.devcluster.demo_workload import GPUSCHED, KUBE_SCHEDULER, Part
 from gpusched.devcluster.nodes import read_openb_csv
 from gpusched.kube import JSON
@@ -171,14 +173,22 @@ def test_rows_and_verdict_name_only_what_the_numbers_show() -> None:
     assert by["largest free block"].winner == "kube-scheduler"  # 4 < 8: not claimed
     assert by["GPU cards held"].winner == ""  # shown, not judged
     line = demo_compare.verdict(rows)
-    assert line.startswith("Verdict: mixed: gpusched better on ")
+    assert line.startswith("Verdict: mixed: gpusched better on "), line
     assert "kube-scheduler better on 1 (largest free block)" in line
+    assert "equal on 3 (Jobs, replicas, fragmentation)" in line
     # The same numbers the other way round: the verdict turns.
     flipped = demo_compare.verdict(demo_compare.rows(theirs, ours))
     assert "gpusched better on 1 of" in flipped and "(largest free block)" in flipped
+    # Better on some rows and worse on none: ahead, and the rows are named.
+    ahead = [r for r in rows if r.short != "largest free block"]
+    line = demo_compare.verdict(ahead)
+    assert line.startswith("Verdict: gpusched ahead: better on "), line
+    assert "worse on none" in line and "gang train" in line
+    behind = demo_compare.verdict(demo_compare.rows(theirs, ours)[:5])
+    assert behind.startswith("Verdict: kube-scheduler ahead: "), behind
     # Identical outcomes: no difference claimed.
     same = demo_compare.verdict(demo_compare.rows(ours, ours))
-    assert same.startswith("Verdict: no difference: gpusched better on 0 of")
+    assert same == "Verdict: no difference on any of the 8 judged rows."
     # The legend explains every judged row.
     legend = " ".join(n for n, _ in demo_compare.LEGEND)
     for r in rows:
@@ -253,3 +263,12 @@ def test_why_reads_records_with_more_keys_or_fewer() -> None:
     }
     assert demo.why(record) == "score 80.0 (A 60.0, B 20.0) best of 3"
     assert demo.why({"node": "n1", "top": []}) == ""
+
+
+def test_the_stock_kube_scheduler_config_is_the_default_profile(tmp_path: Path) -> None:
+    stock = yaml.safe_load(kube_scheduler_config(tmp_path / "k", stock=True))
+    assert stock["profiles"] == [{"schedulerName": "default-scheduler"}]
+    assert "percentageOfNodesToScore" not in stock
+    tuned = yaml.safe_load(kube_scheduler_config(tmp_path / "k"))
+    strategy = tuned["profiles"][0]["pluginConfig"][0]["args"]["scoringStrategy"]
+    assert strategy["type"] == "MostAllocated"
