@@ -16,6 +16,7 @@ identical fresh cluster under kube-scheduler, side by side.
 from __future__ import annotations
 
 import asyncio
+import os
 import subprocess
 import sys
 import time
@@ -224,6 +225,9 @@ def start_daemon(state_dir: Path, kubeconfig: Path, log_path: Path) -> None:
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            # Each record reaches the file as it is logged, not when a buffer fills: the
+            # table below reads them right after the pods are bound.
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
     (state_dir / PID_FILE).write_text(str(proc.pid))
     log(f"gpusched run started (pid {proc.pid}); its JSON log: {log_path}")
@@ -246,6 +250,24 @@ def start_daemon(state_dir: Path, kubeconfig: Path, log_path: Path) -> None:
         # Another process's log file: there is nothing to watch, so look twice a second.
         time.sleep(0.5)
     log(f"  gpusched leads and schedules ({time.monotonic() - t0:.0f}s after start)")
+
+
+def bound_decisions(
+    log_path: Path, pods: Mapping[str, JSON], *, wait: float = 10.0
+) -> dict[str, JSON]:
+    """The last decision record of each pod in the daemon's log, once every bound pod has
+    its `bound` record (the daemon logs it just after the Binding, so the pod can be seen
+    bound a moment earlier), or after `wait` seconds with what is there."""
+    bound = {f"{DEMO_NAMESPACE}/{name}" for name, p in pods.items() if p["spec"].get("nodeName")}
+    deadline = time.monotonic() + wait
+    while True:
+        decisions: dict[str, JSON] = {}
+        for rec in read_decisions(log_path):
+            decisions[str(rec.get("pod", ""))] = rec  # the last attempt wins
+        have = {k for k, r in decisions.items() if r.get("result") == "bound"}
+        if bound <= have or time.monotonic() >= deadline:
+            return decisions
+        time.sleep(0.2)  # another process's file: nothing to watch
 
 
 # -- the per-pod table ----------------------------------------------------------------------
@@ -321,9 +343,7 @@ def run(state_dir: Path, out_dir: Path = OUT_DIR, *, baseline: str = "default") 
     log("step 2/4: the workload under gpusched (schedulerName: ai-scheduler)")
     ours_waves = asyncio.run(_on(kubeconfig, demo_workload.GPUSCHED))
     ours_pods = ours_waves[-1]
-    decisions: dict[str, JSON] = {}
-    for rec in read_decisions(log_path):
-        decisions[str(rec.get("pod", ""))] = rec  # the last attempt wins
+    decisions = bound_decisions(log_path, ours_pods)
     console.print(pod_table(ours_pods, decisions, DEMO_NAMESPACE))
 
     log(
