@@ -213,7 +213,8 @@ async def _node_names(kubeconfig: Path) -> set[str]:
 def start_daemon(state_dir: Path, kubeconfig: Path, log_path: Path) -> None:
     """`gpusched run` in the background (outliving this command, like the cluster), its log
     in `log_path`; returns once it leads, printing a line every HEARTBEAT seconds while its
-    kernels compile (numba: about a minute on a fresh checkout, seconds once cached)."""
+    kernels compile (numba: one to two minutes the first time in a checkout, seconds once
+    cached)."""
     pid = daemon_alive(state_dir)
     if pid:
         log(f"the daemon is already running (pid {pid}); its log: {log_path}")
@@ -242,10 +243,12 @@ def start_daemon(state_dir: Path, kubeconfig: Path, log_path: Path) -> None:
             )
         now = time.monotonic()
         if now - said >= HEARTBEAT:
-            log(
-                f"  gpusched is loading and compiling its kernels (numba; about a minute on a"
-                f" fresh checkout, seconds once cached): {now - t0:.0f}s"
-            )
+            if said == t0:
+                log(
+                    "  gpusched is compiling its kernels (numba: one to two minutes the first"
+                    " time in a checkout, seconds once cached)"
+                )
+            log(f"  ... still compiling: {now - t0:.0f}s")
             said = now
         # Another process's log file: there is nothing to watch, so look twice a second.
         time.sleep(0.5)
