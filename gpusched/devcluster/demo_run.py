@@ -60,10 +60,11 @@ def log(message: str) -> None:
 
 
 def final(pod: JSON) -> bool:
-    """Bound, or refused for good (PodScheduled=False, reason Unschedulable). A gang member
-    is first NotReadyForScheduling while its siblings are created: not final yet."""
+    """Running on its node (KWOK starts a bound pod at once), or refused for good
+    (PodScheduled=False, reason Unschedulable). A gang member is first
+    NotReadyForScheduling while its siblings are created: not final yet."""
     if (pod.get("spec") or {}).get("nodeName"):
-        return True
+        return (pod.get("status") or {}).get("phase") in ("Running", "Succeeded", "Failed")
     for c in (pod.get("status") or {}).get("conditions") or ():
         if c.get("type") == "PodScheduled" and c.get("status") == "False":
             return bool(c.get("reason") == "Unschedulable")

@@ -207,6 +207,7 @@ def test_the_rendered_table_has_one_line_per_row() -> None:
 
 def test_final_waits_out_a_gang_member_not_ready_and_gangs_bind_whole() -> None:
     assert demo_run.final(pod("a", "train", "n0"))
+    assert not demo_run.final(pod("a", "train", "n0", phase="Pending"))  # bound, not started
     assert demo_run.final(pod("a", "train", condition=("Unschedulable", "no")))
     assert not demo_run.final(pod("a", "train", condition=("NotReadyForScheduling", "1 of 4")))
     assert not demo_run.final(pod("a", "train"))
