@@ -1,5 +1,6 @@
 # gpusched: the two commands a new machine needs are `make demo` and `make test`;
 # each creates .venv and builds the Go binaries (cached by version) on first use.
+# `make simulate` is the offline simulator's comparison.
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
@@ -8,14 +9,17 @@ GPUSCHED_CACHE ?= $(HOME)/.cache/gpusched
 export GPUSCHED_CACHE
 STAMP := $(VENV)/.installed
 
-.PHONY: all venv bins prometheus browser demo demo-cluster test test-unit test-integration soak-faults lint bench bench-churn bench-cluster packing-bound cluster-up cluster-down clean
+.PHONY: all venv bins prometheus browser demo demo-cluster simulate test test-unit test-integration soak-faults lint bench bench-churn bench-cluster packing-bound cluster-up cluster-down clean
 
 all: test
 
+# Not quiet: on a fresh machine the install takes minutes, and pip's "Collecting ..." lines
+# show it progressing.
 $(STAMP): pyproject.toml
+	@echo "make: creating $(VENV) with the Python dependencies (minutes on a fresh machine)"
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev,plot]'
+	$(PY) -m pip install --progress-bar off -e '.[dev,plot]'
 	@touch $(STAMP)
 
 venv: $(STAMP)
@@ -62,17 +66,27 @@ cluster-down: venv
 	$(PY) -m gpusched.devcluster.demo stop
 	$(PY) -m gpusched.devcluster down
 
-# The daemon on the local control plane (docs/daemon.md): starts or reuses `make cluster-up`,
-# runs `gpusched run` in the background (log: .cluster/logs/gpusched.log), applies
-# manifests/examples/demo-workload.yaml (Jobs and Deployments) and prints pod -> node ->
-# cards -> why. Everything keeps running for kubectl until `make cluster-down`.
-demo-cluster: venv bins
-	$(PY) -m gpusched.devcluster.demo up
+# The product on the local control plane (README "Quick start", docs/daemon.md): starts
+# (or reuses) `make cluster-up` with the demo's 8 nodes x 8 GPUs, runs `gpusched run` in
+# the background (log: out/demo/gpusched.log, kept by `make cluster-down`), applies a mixed
+# workload (gpusched/devcluster/demo_workload.py) in four waves and prints pod -> node ->
+# cards -> why; then the same workload on an identical fresh cluster under kube-scheduler's
+# default profile (stopped at the end), side by side with a verdict and a legend.
+# gpusched's cluster and daemon keep running for kubectl until `make cluster-down`.
+# BASELINE=gpu-packing compares with kube-scheduler tuned to pack GPUs instead.
+BASELINE ?= default
+demo: venv bins
+	$(PY) -m gpusched.devcluster.demo --baseline $(BASELINE) up
+
+# The former name of `make demo`.
+demo-cluster: demo
 
 cluster-status: venv
 	@$(PY) -m gpusched.devcluster status
 
-demo: venv
+# The offline simulator (no cluster, about 15 s): ai-scheduler against kube-scheduler-like
+# scoring on a generated fleet with modelled heat (README "The simulator").
+simulate: venv
 	$(VENV)/bin/gpusched simulate
 
 test: venv bins prometheus browser

@@ -59,26 +59,34 @@ build_component() { # name module-path ldflags "pkg=binary ..."
   done
   if ((complete)) && [[ "$(cat "$dest/.stamp" 2>/dev/null)" == "$stamp" ]]; then
     echo "tools/build.sh: $name $version: cached in $dest"
+    STEP=$((STEP + $(wc -w <<<"$targets")))
     return 0
   fi
 
-  echo "tools/build.sh: $name $version: building (first build on a new machine takes long)..."
+  echo "tools/build.sh: $name $version: building; the first build on a new machine takes" \
+    "minutes (about 8 CPU-minutes for all six binaries), later runs reuse the cache"
   local started=$SECONDS tmp="$dest.tmp.$$"
   rm -rf "$tmp"
   mkdir -p "$tmp"
-  # An interrupted build must not leave a half-filled cache directory behind.
-  trap "rm -rf '$tmp'" EXIT
+  # An interrupted build must not leave a half-filled cache directory behind, nor the
+  # progress printer running.
+  trap "rm -rf '$tmp'; stop_progress" EXIT
   local pkg bin log="$tmp/build.log"
   for target in $targets; do
     pkg="${target%=*}"
     bin="${target#*=}"
+    STEP=$((STEP + 1))
+    echo "tools/build.sh: [$STEP/$TOTAL_STEPS] building $bin ($name $version)..."
+    start_progress "$bin"
     if ! (cd "$src" && go build -trimpath -ldflags "$ldflags" -o "$tmp/$bin" "$pkg") \
       >"$log" 2>&1; then
+      stop_progress
       tail -n 30 "$log" >&2
       die "building $bin ($pkg) for $name $version failed; the last lines are above.
   If the go command could not download a module, check that the Go module proxy is
   reachable (go env GOPROXY) and retry 'make bins'."
     fi
+    stop_progress
   done
   rm -f "$log"
   echo "$stamp" >"$tmp/.stamp"
@@ -86,6 +94,28 @@ build_component() { # name module-path ldflags "pkg=binary ..."
   mv "$tmp" "$dest"
   trap - EXIT
   echo "tools/build.sh: $name $version: built in $((SECONDS - started)) s -> $dest"
+}
+
+# A line every PROGRESS_SECONDS while one `go build` runs (kube-apiserver alone takes
+# minutes on a fresh machine): the build is alive, and how long this binary has taken.
+PROGRESS_SECONDS=15
+PROGRESS_PID=""
+start_progress() { # binary
+  local bin="$1" since
+  since=$(date +%s)
+  (
+    while sleep "$PROGRESS_SECONDS"; do
+      echo "tools/build.sh:   still building $bin: $(($(date +%s) - since)) s so far"
+    done
+  ) &
+  PROGRESS_PID=$!
+}
+stop_progress() {
+  if [[ -n "$PROGRESS_PID" ]]; then
+    kill "$PROGRESS_PID" 2>/dev/null || true
+    wait "$PROGRESS_PID" 2>/dev/null || true
+    PROGRESS_PID=""
+  fi
 }
 
 build_k8s() {
@@ -127,6 +157,15 @@ fi
 
 components=("$@")
 ((${#components[@]})) || components=(etcd kwok k8s)
+# Progress is counted in binaries: k8s has four, etcd and kwok one each.
+STEP=0
+TOTAL_STEPS=0
+for c in "${components[@]}"; do
+  case "$c" in
+  k8s) TOTAL_STEPS=$((TOTAL_STEPS + 4)) ;;
+  etcd | kwok) TOTAL_STEPS=$((TOTAL_STEPS + 1)) ;;
+  esac
+done
 total_started=$SECONDS
 for c in "${components[@]}"; do
   case "$c" in

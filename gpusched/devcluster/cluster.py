@@ -118,6 +118,9 @@ class ClusterOptions:
     apiserver_args: tuple[str, ...] = ()
     # WORKLOAD_API served and WORKLOAD_FEATURE_GATES on in every component.
     workload_api: bool = True
+    # kube-scheduler with its shipped default profile instead of the GPU-packing baseline
+    # (configs.kube_scheduler_config).
+    kube_scheduler_stock: bool = False
 
 
 @dataclass
@@ -508,7 +511,11 @@ class LocalCluster:
         t0 = time.monotonic()
         kubeconfig = self.kubeconfig_for(pki.KUBE_SCHEDULER.user)
         config = self.workdir / "kube-scheduler.yaml"
-        config.write_text(configs.kube_scheduler_config(kubeconfig, qps=qps, burst=burst))
+        config.write_text(
+            configs.kube_scheduler_config(
+                kubeconfig, qps=qps, burst=burst, stock=self.options.kube_scheduler_stock
+            )
+        )
         process = self._spawn(
             "kube-scheduler",
             [

@@ -183,6 +183,12 @@ spec:
     - key: '.metadata.ownerReferences.[].kind'
       operator: 'In'
       values: ['Job']
+  # As kwokctl's stage: a pod annotated pod-complete.stage.kwok.x-k8s.io/delay (e.g. "1h")
+  # runs that long before it completes (`make demo`'s training Jobs); others complete at once.
+  delay:
+    durationMilliseconds: 0
+    durationFrom:
+      expressionFrom: '.metadata.annotations["pod-complete.stage.kwok.x-k8s.io/delay"]'
   next:
     statusTemplate: |
       {{ $now := Now }}
@@ -242,14 +248,29 @@ def kwok_config(pod_cidr: str = KWOK_POD_CIDR) -> str:
     return "---\n".join([yaml.safe_dump(options, sort_keys=False), *stages])
 
 
-def kube_scheduler_config(kubeconfig: Path, *, qps: int = 500, burst: int = 1000) -> str:
+def kube_scheduler_config(
+    kubeconfig: Path, *, qps: int = 500, burst: int = 1000, stock: bool = False
+) -> str:
     """The baseline: upstream kube-scheduler configured for GPU bin-packing.
 
     percentageOfNodesToScore 100 scores every feasible node (as gpusched does), and
     MostAllocated with nvidia.com/gpu weighted highest packs GPU pods onto busy nodes, the
     strongest GPU policy kube-scheduler offers without plugins. Raised qps/burst keep the
     client rate limiter from being what a benchmark measures.
+
+    `stock`: the default profile as shipped instead (NodeResourcesFit LeastAllocated on cpu
+    and memory, nothing about GPUs), as a cluster without a tuned configuration runs it
+    (`make demo`'s comparison).
     """
+    if stock:
+        plain: dict[str, Any] = {
+            "apiVersion": "kubescheduler.config.k8s.io/v1",
+            "kind": "KubeSchedulerConfiguration",
+            "clientConnection": {"kubeconfig": str(kubeconfig), "qps": qps, "burst": burst},
+            "leaderElection": {"leaderElect": False},
+            "profiles": [{"schedulerName": BASELINE_SCHEDULER}],
+        }
+        return yaml.safe_dump(plain, sort_keys=False)
     config: dict[str, Any] = {
         "apiVersion": "kubescheduler.config.k8s.io/v1",
         "kind": "KubeSchedulerConfiguration",

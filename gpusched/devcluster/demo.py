@@ -1,11 +1,12 @@
-"""`make demo-cluster`: the daemon on the local control plane with a sample mixed workload.
+"""`make demo`: the daemon on the local control plane, compared with kube-scheduler.
 
-    python -m gpusched.devcluster.demo up     # cluster (reused if up), daemon, workload, table
+    python -m gpusched.devcluster.demo up     # what `make demo` runs (demo_run.py)
     python -m gpusched.devcluster.demo stop   # stop the daemon (`make cluster-down` runs it)
+    python -m gpusched.devcluster.demo write-workload   # regenerate demo-workload.yaml
 
-The daemon runs in the background with its JSON log in .cluster/logs/gpusched.log; the
-table of where each pod landed, on which cards and why, is read back from that log's
-decision records, the same records `kubectl logs` shows in a real cluster.
+The daemon runs in the background with its JSON log in out/demo/gpusched.log; the table of
+where each pod landed, on which cards and why, is read back from that log's decision
+records, the same records `kubectl logs` shows in a real cluster.
 
 The workload helpers (`mixed_workload`, `wait_settled`, `card_usage`, `read_decisions`)
 are shared with the daemon's integration tests.
@@ -19,7 +20,6 @@ import os
 import random
 import re
 import signal
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -29,16 +29,13 @@ from typing import Any
 
 import orjson
 import yaml
-from rich.console import Console
-from rich.table import Table
 
-from gpusched.devcluster.testkit import daemon_argv
-from gpusched.kube import JSON, ApiError, Kube, create_namespace, delete_namespace, pod_path
+from gpusched.devcluster import demo_workload
+from gpusched.kube import JSON, ApiError, Kube, pod_path
 from gpusched.model import keys
 
 STATE_DIR = Path(".cluster")
 PID_FILE = "gpusched.pid"
-LOG_FILE = "logs/gpusched.log"
 WORKLOAD = Path("manifests/examples/demo-workload.yaml")
 DEMO_NAMESPACE = "gpusched-demo"
 PAUSE_IMAGE = "registry.k8s.io/pause:3.10"  # never pulled: KWOK runs no containers
@@ -405,27 +402,35 @@ def read_decisions(path: Path | str) -> list[JSON]:
 
 
 def why(record: JSON, terms: int = 2) -> str:
-    """The chosen node's largest weighted score terms, e.g. 'GPUFragmentation 38.2, ...'."""
+    """The chosen node's largest weighted score terms, e.g. 'score 253.0 (PodTopologySpread
+    200.0, GPUFragmentation 38.0) best of 8'. Reads only the keys it needs, so a record with
+    more keys (or a plugin entry without a weight) still gives a line."""
     top = record.get("top") or []
-    chosen = next((t for t in top if t.get("node") == record.get("node")), None)
+    chosen = next(
+        (t for t in top if isinstance(t, dict) and t.get("node") == record.get("node")), None
+    )
     if chosen is None:
         return ""
-    contrib = sorted(
-        ((name, s["weight"] * s["normalized"]) for name, s in chosen["scores"].items()),
-        key=lambda kv: -kv[1],
-    )
+    contrib = []
+    for name, s in (chosen.get("scores") or {}).items():
+        if isinstance(s, dict) and isinstance(s.get("normalized"), (int, float)):
+            contrib.append((name, float(s.get("weight", 1.0)) * float(s["normalized"])))
+    contrib.sort(key=lambda kv: -kv[1])
     head = ", ".join(f"{name} {value:.1f}" for name, value in contrib[:terms])
-    return f"score {chosen['total']:.1f} ({head}) best of {record.get('feasible', 0)}"
+    total = chosen.get("total")
+    score = f"score {total:.1f} " if isinstance(total, (int, float)) else ""
+    return f"{score}({head}) best of {record.get('feasible', 0)}"
 
 
 # -- the command ---------------------------------------------------------------------------
 
 
 def _log(message: str) -> None:
-    print(f"demo-cluster: {message}", file=sys.stderr, flush=True)
+    print(f"demo: {message}", file=sys.stderr, flush=True)
 
 
-def _daemon_alive(state_dir: Path) -> int:
+def daemon_alive(state_dir: Path) -> int:
+    """The pid of the demo's daemon when it runs, else 0."""
     pid_file = state_dir / PID_FILE
     if not pid_file.exists():
         return 0
@@ -437,104 +442,14 @@ def _daemon_alive(state_dir: Path) -> int:
     return pid
 
 
-def _ensure_cluster(state_dir: Path) -> Path:
-    kubeconfig = state_dir / "kubeconfig"
-    if (state_dir / "state.json").exists() and kubeconfig.exists():
-        _log("reusing the cluster of `make cluster-up`")
-        return kubeconfig
-    _log("starting the local control plane (make cluster-up)")
-    rc = subprocess.call(
-        [sys.executable, "-m", "gpusched.devcluster", "--state-dir", str(state_dir), "up"]
-    )
-    if rc != 0:
-        raise SystemExit(f"demo-cluster: `make cluster-up` failed (exit {rc}); see above")
-    return kubeconfig
-
-
-def _start_daemon(state_dir: Path, kubeconfig: Path) -> Path:
-    log_path = state_dir / LOG_FILE
-    pid = _daemon_alive(state_dir)
-    if pid:
-        _log(f"the daemon is already running (pid {pid}); its log: {log_path}")
-        return log_path
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    with log_path.open("ab") as out:
-        proc = subprocess.Popen(
-            daemon_argv(kubeconfig),
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # outlives this command, like the cluster
-        )
-    (state_dir / PID_FILE).write_text(str(proc.pid))
-    _log(f"daemon started (pid {proc.pid}); its JSON log: {log_path}")
-    return log_path
-
-
 def load_workload(path: Path = WORKLOAD) -> list[JSON]:
     """The workload objects of a manifest (documents of the kinds in APIS)."""
     docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
     return [d for d in docs if d.get("kind") in APIS]
 
 
-async def _apply(kubeconfig: Path, docs: list[JSON], log_path: Path) -> int:
-    expected = sum(replicas(d) for d in docs)
-    async with await Kube.connect(kubeconfig) as kube:
-        await clear_workloads(kube, DEMO_NAMESPACE)
-        await delete_namespace(kube, DEMO_NAMESPACE)
-        await create_namespace(kube, DEMO_NAMESPACE)
-        t0 = time.monotonic()
-        await apply_docs(kube, DEMO_NAMESPACE, docs)
-        _log(
-            f"created {len(docs)} Jobs and Deployments ({expected} pods) in namespace"
-            f" {DEMO_NAMESPACE}; waiting for their pods"
-        )
-        final = await wait_settled(
-            kube,
-            DEMO_NAMESPACE,
-            (),
-            timeout=300,
-            until=lambda pods: len(pods) >= expected and all(settled(p) for p in pods.values()),
-        )
-        seconds = time.monotonic() - t0
-    names = sorted(final)
-    decisions: dict[str, JSON] = {}
-    for rec in read_decisions(log_path):
-        decisions[rec["pod"]] = rec  # the last attempt wins
-    table = Table(title=f"gpusched: {len(names)} pods in {seconds:.1f}s (from {log_path})")
-    for col in ("pod", "node", "cards", "why"):
-        table.add_column(col, overflow="fold")
-    bound = 0
-    for name in sorted(names):
-        pod = final[name]
-        node = pod["spec"].get("nodeName", "")
-        rec = decisions.get(f"{DEMO_NAMESPACE}/{name}", {})
-        if node:
-            bound += 1
-            cards, milli = cards_of(pod)
-            card_text = ",".join(map(str, cards)) + (f" ({milli}m)" if milli < 1000 else "")
-            table.add_row(name, node, card_text or "-", why(rec))
-        else:
-            cond = next(
-                c for c in pod["status"].get("conditions", []) if c["type"] == "PodScheduled"
-            )
-            table.add_row(name, "[red]pending", "-", cond.get("message", ""))
-    Console(width=max(140, Console().width)).print(table)
-    _log(
-        f"{bound}/{len(names)} bound. The cluster and the daemon keep running: export"
-        f" KUBECONFIG={kubeconfig}; kubectl -n {DEMO_NAMESPACE} get pods -o wide;"
-        " `make cluster-down` stops both."
-    )
-    return 0
-
-
-def cmd_up(state_dir: Path, workload: Path) -> int:
-    kubeconfig = _ensure_cluster(state_dir).resolve()
-    log_path = _start_daemon(state_dir, kubeconfig)
-    return asyncio.run(_apply(kubeconfig, load_workload(workload), log_path))
-
-
 def cmd_stop(state_dir: Path) -> int:
-    pid = _daemon_alive(state_dir)
+    pid = daemon_alive(state_dir)
     (state_dir / PID_FILE).unlink(missing_ok=True)
     if not pid:
         return 0
@@ -552,28 +467,46 @@ def cmd_stop(state_dir: Path) -> int:
     return 0
 
 
-def write_workload(path: Path = WORKLOAD, count: int = 60) -> None:
-    """Regenerate manifests/examples/demo-workload.yaml from `mixed_workload`."""
-    docs = as_controllers(mixed_workload(count))
-    header = (
-        "# A sample mixed workload for `make demo-cluster` (generated by\n"
-        "# `python -m gpusched.devcluster.demo write-workload`), as users run it: training\n"
-        "# (whole cards, model-constrained) as Jobs, inference and CPU services (shared\n"
-        "# cards, CPU-only) as Deployments, all with spec.schedulerName: ai-scheduler, plus\n"
-        "# five that cannot be placed, to show the FailedScheduling Events.\n"
-    )
-    path.write_text(header + yaml.safe_dump_all(docs, sort_keys=False))
+WORKLOAD_HEADER = """\
+# `make demo`'s workload as gpusched runs it (generated by `python -m
+# gpusched.devcluster.demo write-workload` from gpusched/devcluster/demo_workload.py, which
+# says why it looks so): inference replicas sharing cards, CPU-only replicas, fine-tuning and
+# evaluation Jobs, and a 4 x 4-GPU all-or-nothing training Job (an Indexed Job: the job
+# controller makes its scheduling.k8s.io/v1alpha2 PodGroup). `make demo` applies the
+# documents in four waves, in this order. kubectl apply -f works too.
+"""
+
+
+def write_workload(path: Path = WORKLOAD) -> None:
+    """Regenerate manifests/examples/demo-workload.yaml from demo_workload (gpusched's
+    variant; a test checks the file is what this writes)."""
+    path.write_text(workload_text())
+
+
+def workload_text() -> str:
+    docs = demo_workload.manifests(demo_workload.GPUSCHED)
+    return WORKLOAD_HEADER + yaml.safe_dump_all(docs, sort_keys=False)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m gpusched.devcluster.demo")
     parser.add_argument("--state-dir", type=Path, default=STATE_DIR)
     parser.add_argument("--workload", type=Path, default=WORKLOAD)
+    parser.add_argument(
+        "--baseline",
+        choices=("default", "gpu-packing"),
+        default="default",
+        help="kube-scheduler's profile in the comparison: as shipped (default), or tuned"
+        " to pack GPUs (MostAllocated, nvidia.com/gpu weight 10)",
+    )
     parser.add_argument("command", choices=("up", "stop", "write-workload"))
     args = parser.parse_args(argv)
     try:
         if args.command == "up":
-            return cmd_up(args.state_dir, args.workload)
+            # Here: demo_run imports this module's helpers.
+            from gpusched.devcluster import demo_run  # noqa: PLC0415
+
+            return demo_run.run(args.state_dir, baseline=args.baseline)
         if args.command == "stop":
             return cmd_stop(args.state_dir)
         write_workload(args.workload)

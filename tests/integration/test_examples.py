@@ -1,7 +1,8 @@
 """Every workload example in manifests/examples/ applies cleanly, as written, on the local
 control plane that `make cluster-up` starts (its 64 generated GPU nodes, untainted), and
-the daemon schedules its pods; for demo-workload.yaml through the very code `make
-demo-cluster` runs (which also prints the table). Waits by watching, never by sleeping."""
+the daemon schedules its pods. Then `make demo`'s pieces on the demo's own fleet: its
+waves under the daemon and under kube-scheduler's default profile, measured and compared by
+the very code `make demo` runs. Waits by watching, never by sleeping."""
 
 from __future__ import annotations
 
@@ -11,16 +12,21 @@ from pathlib import Path
 
 import pytest
 import yaml
+from rich.console import Console
 
 from gpusched.devcluster import (
     ClusterOptions,
     LocalCluster,
     demo,
+    demo_compare,
+    demo_run,
+    demo_workload,
     generated_fleet,
     install_crds,
     load_nodes,
     wait_nodes_ready,
 )
+from gpusched.devcluster.nodes import NodeSpec
 from gpusched.kube import JSON, Kube, create_namespace
 from tests.integration.daemon_support import running_daemon, started_cluster
 
@@ -34,14 +40,7 @@ def _workloads(path: Path) -> list[JSON]:
     return [d for d in yaml.safe_load_all(path.read_text()) if d]
 
 
-def _impossible(pod: JSON) -> bool:
-    """demo-workload.yaml's pods that no node can hold, on purpose."""
-    return pod["metadata"].get("labels", {}).get("demo.gpusched.io/kind") == "impossible"
-
-
-def test_every_example_applies_and_the_daemon_schedules_its_pods(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path
-) -> None:
+def test_every_example_applies_and_the_daemon_schedules_its_pods() -> None:
     # Every file here is a workload: the scheduler's configuration, not a Kubernetes object,
     # lives in config/.
     files = sorted(EXAMPLES.glob("*.yaml"))
@@ -58,13 +57,10 @@ def test_every_example_applies_and_the_daemon_schedules_its_pods(
         assert kinds & workloads and kinds <= {*workloads, "PodGroup"}, (path, kinds)
     options = ClusterOptions(attached=True, kube_scheduler=False)
     with started_cluster(options) as local:
-        asyncio.run(_apply_all(local, files, tmp_path))
-    out = capsys.readouterr()
-    assert "bound. The cluster and the daemon keep running" in out.err
-    assert "gpusched:" in out.out and "pending" in out.out  # the table, impossible pods too
+        asyncio.run(_apply_all(local, files))
 
 
-async def _apply_all(local: LocalCluster, files: list[Path], tmp_path: Path) -> None:
+async def _apply_all(local: LocalCluster, files: list[Path]) -> None:
     async with await Kube.connect(local.kubeconfig) as kube:
         await install_crds(kube, local.crd_dir)
         specs = generated_fleet(CLUSTER_UP_NODES)
@@ -73,16 +69,11 @@ async def _apply_all(local: LocalCluster, files: list[Path], tmp_path: Path) -> 
         stream = io.StringIO()
         async with running_daemon(local.kubeconfig, stream):
             for path in files:
-                if path.name == demo.WORKLOAD.name:
-                    await _demo(local, path, tmp_path)
-                    namespace = demo.DEMO_NAMESPACE
-                else:
-                    await _example(kube, path)
-                    namespace = path.stem
+                await _example(kube, path)
                 # Each example starts on the empty cluster a user's `make cluster-up` gives:
                 # the gang's 8 x 4-GPU workers need one rack's four 8-GPU nodes all free,
-                # which the demo's random tie-breaks sometimes left nowhere.
-                await demo.clear_workloads(kube, namespace)
+                # which another example's random tie-breaks sometimes left nowhere.
+                await demo.clear_workloads(kube, path.stem)
 
 
 async def _example(kube: Kube, path: Path) -> None:
@@ -99,21 +90,84 @@ async def _example(kube: Kube, path: Path) -> None:
     assert len(pods) == want, (path.name, sorted(pods))
     for pod in pods.values():
         assert pod["spec"]["schedulerName"] == "ai-scheduler"
-        assert "gpusched.io/gpu-ids" in pod["metadata"]["annotations"], pod["metadata"]
+        ann = pod["metadata"].get("annotations") or {}
+        limits = pod["spec"]["containers"][0]["resources"].get("limits") or {}
+        # GPU pods get their cards; CPU-only pods (the demo's api replicas) none.
+        wants_gpu = "nvidia.com/gpu" in limits or "gpusched.io/gpu-milli" in ann
+        assert ("gpusched.io/gpu-ids" in ann) == wants_gpu, pod["metadata"]
 
 
-async def _demo(local: LocalCluster, path: Path, tmp_path: Path) -> None:
-    log = tmp_path / "gpusched.log"  # the decision records: in the test's stream instead
-    log.write_text("")
-    docs = demo.load_workload(path)
-    assert await demo._apply(local.kubeconfig, docs, log) == 0
+def test_the_demo_compares_the_daemon_with_kube_scheduler_on_the_same_waves(
+    tmp_path: Path,
+) -> None:
+    """`make demo`'s pieces on one cluster with the demo's fleet and kube-scheduler's
+    default profile: the waves under the daemon (in-process, its decision records in a
+    file), cleared, then the same waves as kube-scheduler's users write them; each outcome
+    checked against the pods, and the verdict against the outcomes."""
+    fleet = demo_workload.demo_fleet()
+    options = ClusterOptions(attached=True, kube_scheduler_stock=True)
+    with started_cluster(options) as local:
+        ours_waves, theirs_waves, log = asyncio.run(_both(local, fleet, tmp_path))
+    capacity = {s.name: s.gpus for s in fleet}
+    ours_pods, theirs_pods = ours_waves[-1], theirs_waves[-1]
+    total = sum(p.pods for p in demo_workload.PARTS)
+    assert len(ours_pods) == len(theirs_pods) == total
+    # The daemon placed everything; the cards it wrote are consistent and shares share.
+    assert all(p["spec"].get("nodeName") for p in ours_pods.values())
+    assert demo.card_usage(ours_pods.values(), capacity) == []
+    inference = [
+        p
+        for p in ours_pods.values()
+        if p["metadata"]["labels"]["demo.gpusched.io/group"] == "inference"
+    ]
+    held = demo_compare.held_cards(inference, capacity)
+    assert sum(held.values()) < len(inference)  # 24 half-card replicas on fewer cards
+    # kube-scheduler's pods ask for whole cards and carry no card ids.
+    for pod in theirs_pods.values():
+        assert pod["spec"]["schedulerName"] == "default-scheduler"
+        assert "gpusched.io/gpu-ids" not in pod["metadata"].get("annotations", {})
+    ours, theirs = (
+        demo_compare.outcome(w[-1].values(), capacity, before_gang=w[-2].values())
+        for w in (ours_waves, theirs_waves)
+    )
+    # Each outcome is what the pods show, counted here another way.
+    for outcome, pods in ((ours, ours_pods), (theirs, theirs_pods)):
+        bound_train = sum(
+            1 for n, p in pods.items() if n.startswith("train-") and p["spec"].get("nodeName")
+        )
+        assert outcome.bound.get("train", 0) == bound_train
+        assert bound_train in (0, 4)  # all or nothing, in both schedulers
+        assert outcome.pending == sum(1 for p in pods.values() if not p["spec"].get("nodeName"))
+    assert ours.bound["train"] == 4  # the daemon packs: the gang finds its four nodes
+    assert ours.used_milli == sum(p.pods * p.milli for p in demo_workload.PARTS)
+    rows = demo_compare.rows(ours, theirs)
+    line = demo_compare.verdict(rows)
+    gang = next(r for r in rows if r.short == "gang train")
+    if theirs.bound.get("train", 0) == 0:
+        assert gang.winner == "gpusched" and "gang train" in line.split("kube-scheduler better")[0]
+    else:
+        assert gang.winner == "="
+    # The per-pod table reads the daemon's decision records.
+    decisions = {r["pod"]: r for r in demo.read_decisions(log)}
+    table = demo_run.pod_table(ours_pods, decisions, "demo-gpusched")
+    out = io.StringIO()
+    Console(file=out, width=200).print(table)
+    assert "best of" in out.getvalue() and "train" in out.getvalue()
+
+
+async def _both(
+    local: LocalCluster, fleet: list[NodeSpec], tmp_path: Path
+) -> tuple[list[dict[str, JSON]], list[dict[str, JSON]], Path]:
+    log = tmp_path / "gpusched.log"
     async with await Kube.connect(local.kubeconfig) as kube:
-        listing = await kube.get(f"/api/v1/namespaces/{demo.DEMO_NAMESPACE}/pods")
-    pods = listing["items"]
-    assert len(pods) == sum(demo.replicas(d) for d in docs)
-    for pod in pods:
-        bound = bool(pod["spec"].get("nodeName"))
-        assert bound != _impossible(pod), (pod["metadata"]["name"], pod.get("status"))
-    # KWOK completes Job pods once they run, and finished pods hold no cards.
-    live = [p for p in pods if p.get("status", {}).get("phase") not in ("Succeeded", "Failed")]
-    assert demo.card_usage(live, {s.name: s.gpus for s in generated_fleet(CLUSTER_UP_NODES)}) == []
+        await install_crds(kube, local.crd_dir)
+        await load_nodes(kube, fleet)
+        await wait_nodes_ready(kube, [s.name for s in fleet])
+        stream = io.StringIO()
+        async with running_daemon(local.kubeconfig, stream):
+            ours = await demo_run.run_waves(kube, "demo-gpusched", demo_workload.GPUSCHED)
+        log.write_text(stream.getvalue())
+        await demo.clear_workloads(kube, "demo-gpusched")
+        theirs = await demo_run.run_waves(kube, "demo-kube", demo_workload.KUBE_SCHEDULER)
+        await demo.clear_workloads(kube, "demo-kube")
+    return ours, theirs, log

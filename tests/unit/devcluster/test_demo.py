@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gpusched.devcluster import demo
+from gpusched.devcluster import demo, demo_workload
 
 
 def test_mixed_pods_become_jobs_and_deployments_with_the_same_pods() -> None:
@@ -45,7 +45,7 @@ def test_the_shipped_file_is_what_the_generator_writes(tmp_path: Path) -> None:
     out = tmp_path / "w.yaml"
     demo.write_workload(out)
     assert out.read_text() == (Path(__file__).parents[3] / demo.WORKLOAD).read_text()
-    assert demo.load_workload(out) == demo.as_controllers(demo.mixed_workload(60))
+    assert demo.load_workload(out) == demo_workload.manifests(demo_workload.GPUSCHED)
 
 
 async def test_apply_refuses_kinds_it_cannot_place() -> None:
