@@ -16,6 +16,8 @@ import aiohttp
 from gpusched.config import ConfigError, SchedulerConfig, default_config
 from gpusched.core.runtime.validate import validate_profiles
 from gpusched.daemon.daemon import Daemon, DaemonOptions, Logger
+from gpusched.daemon.explain import ROUTE as EXPLAIN_ROUTE
+from gpusched.daemon.explain import route as explain_route
 from gpusched.daemon.reload import DEFAULT_POLL_SECONDS, digest, read_new_config
 from gpusched.framework.registry import Registry
 from gpusched.kube import faults
@@ -211,6 +213,7 @@ async def _run(
                     args.metrics_port,
                     lambda: daemon.is_ready,
                     daemon.liveness.problems,
+                    routes=[(EXPLAIN_ROUTE, explain_route(daemon))],
                 )
             except OSError as exc:
                 print(

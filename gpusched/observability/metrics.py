@@ -7,11 +7,13 @@ daemons in one process without duplicate-registration errors.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Sequence
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 # kube-scheduler's buckets for attempt durations (exponential from 1 ms).
 _ATTEMPT_BUCKETS = tuple(0.001 * 2**i for i in range(15))
@@ -147,6 +149,7 @@ async def serve(
     ready: Callable[[], bool],
     problems: Callable[[], list[str]] = _always_healthy,
     host: str = "0.0.0.0",
+    routes: Sequence[tuple[str, Handler]] = (),
 ) -> web.AppRunner:
     """Start the health/metrics server; the caller cleans the runner up on exit.
 
@@ -174,6 +177,9 @@ async def serve(
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics_handler)
+    # Read-only pages of the daemon's own (GET path -> handler): /explain/{namespace}/{pod}.
+    for path, handler in routes:
+        app.router.add_get(path, handler)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     await web.TCPSite(runner, host, port).start()
