@@ -100,9 +100,16 @@ def fewest_victims(
     pool: Sequence[PodInfo],
     fits: Callable[[Facts], dry.Attempt | None],
 ) -> tuple[list[PodInfo], dry.Attempt] | None:
-    """The fewest, lowest-priority pods of `pool` whose removal makes `fits` hold: taken
-    lowest priority (then biggest) first until it holds, then each given back, highest
-    priority first, while it still holds (kube-scheduler's reprieve)."""
+    """The fewest, lowest-priority pods of `pool` whose removal makes `fits` hold: one pod
+    if one suffices (the lowest priority, then the smallest); else taken lowest priority
+    (then biggest) first until it holds, then each given back, highest priority first,
+    while it still holds (kube-scheduler's reprieve)."""
+    for victim in sorted(pool, key=lambda p: (p.priority, p.request.gpu_milli_total)):
+        alone = fits(ex.facts.without([victim.uid]))
+        if alone is not None:
+            return [victim], alone
+        if ex.trials >= ex.max_trials:
+            return None
     order = sorted(
         pool, key=lambda p: (p.priority, -p.request.gpu_milli_total, -p.request.cpu_milli)
     )

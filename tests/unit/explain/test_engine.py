@@ -3,6 +3,9 @@ and verified by the real plugins (the default profile)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+from typing import Any
+
 import numpy as np
 
 from gpusched.explain import Explainer, NodeReadings
@@ -12,7 +15,7 @@ from gpusched.model import keys, quota
 from tests.unit.explain.support import REGISTRY, facts, node, pod
 
 
-def explain(nodes, pods, target, **kw):  # type: ignore[no-untyped-def]
+def explain(nodes: list[Any], pods: list[Any], target: Any, **kw: Any) -> dict[str, Any]:
     return Explainer(facts(nodes, [*pods, target], **kw), REGISTRY).explain(target).to_json()
 
 
@@ -79,10 +82,9 @@ def test_topology_nvlink_required_without_an_island() -> None:
 
 def test_affinity_names_the_node_selector_term() -> None:
     nodes = [node("a")]
-    want = pod("want", 1)
-    want = type(want)(
+    want = replace(pod("want", 1), node_selector={"zone": "z1"})
         **{**{f: getattr(want, f) for f in want.__slots__}, "node_selector": {"zone": "z1"}}
-    )  # type: ignore[attr-defined]
+    )
     r = explain(nodes, [], want)
     assert r["binding"] == "affinity"
     assert r["changes"][0]["action"] == {"remove": "nodeSelector.zone", "node": "a"}
