@@ -131,7 +131,7 @@ def fewest_victims(
         again = fits(ex.facts.without(p.uid for p in trial))
         if again is not None:
             chosen, found = trial, again
-    return chosen, found
+    return sorted(chosen, key=lambda p: (p.priority, p.key)), found
 
 
 def victims_on_nodes(ex: Explainer, pod: PodInfo, nodes: Iterable[str], kind: str) -> Change | None:

@@ -61,9 +61,11 @@ ONE_T4 = ((2, "T4", 32_000, 131_072, 0),)
 ROOT = Path(__file__).parents[2]
 
 
-def explain(daemon: Daemon, namespace: str, name: str) -> dict[str, Any]:
-    """What GET /explain/{namespace}/{name} answers (the same two calls, inline)."""
-    status, body = compute(facts_of(daemon), daemon.registry, namespace, name)
+async def explain(daemon: Daemon, namespace: str, name: str) -> dict[str, Any]:
+    """What GET /explain/{namespace}/{name} answers (the same two calls: the copy on the
+    event loop, the search in a worker thread, so the daemon keeps renewing its Lease)."""
+    facts = facts_of(daemon)
+    status, body = await asyncio.to_thread(compute, facts, daemon.registry, namespace, name)
     assert status == 200, body
     return body
 
@@ -97,7 +99,7 @@ async def test_resources_delete_the_named_pod_and_it_binds(
         await create(kube, namespace, gpu_pod("want", 3, pool))
         await pending_seen(kube, namespace, "want")
 
-        body = explain(daemon, namespace, "want")
+        body = await explain(daemon, namespace, "want")
         assert body["state"] == "pending" and body["binding"] == "resources", body
         assert {"plugin": "GPUFit", "reason": "Insufficient nvidia.com/gpu"}.items() <= body[
             "groups"
@@ -121,14 +123,14 @@ async def test_resources_delete_the_named_pod_and_it_binds(
                     served = await resp.json()
                 async with http.get(f"http://127.0.0.1:{port}/explain/{namespace}/big") as resp:
                     assert resp.status == 409
-                    bound = await resp.json()
+                    refused = await resp.json()
                 async with http.get(f"http://127.0.0.1:{port}/explain/{namespace}/nope") as resp:
                     assert resp.status == 404
         finally:
             await runner.cleanup()
         assert (served["binding"], served["changes"]) == (body["binding"], body["changes"])
-        assert bound["reason"] == "AlreadyBound" and bound["node"] == spec.name
-        assert "gpu-ids" in bound["error"] and bound["cards"]
+        assert refused["reason"] == "AlreadyBound" and refused["node"] == spec.name
+        assert "gpu-ids" in refused["error"] and refused["cards"]
 
         # ... from the API alone (the daemon's watches in a second Daemon object) ...
         status, offline = await explain_offline(
@@ -137,11 +139,17 @@ async def test_resources_delete_the_named_pod_and_it_binds(
         assert status == 200
         assert (offline["binding"], offline["changes"]) == (body["binding"], body["changes"])
 
-        # ... and from the command, offline, as `kubectl gpusched explain` runs it.
+        # ... and from the command, offline, through kubectl's plugin mechanism: an
+        # executable kubectl-gpusched on PATH, as pip writes the console script.
+        shim = tmp_path / "kubectl-gpusched"
+        shim.write_text(
+            f"#!{sys.executable}\nimport sys\nfrom gpusched.cli import kubectl_main\n"
+            "sys.exit(kubectl_main())\n"
+        )
+        shim.chmod(0o755)
         proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "gpusched.cli",
+            "kubectl",
+            "gpusched",
             "explain",
             f"{namespace}/want",
             "--kubeconfig",
@@ -150,7 +158,11 @@ async def test_resources_delete_the_named_pod_and_it_binds(
             "json",
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
-            env={**os.environ, "PYTHONPATH": str(ROOT)},
+            env={
+                **os.environ,
+                "PYTHONPATH": str(ROOT),
+                "PATH": f"{tmp_path}{os.pathsep}{os.environ.get('PATH', '')}",
+            },
         )
         out, err = await asyncio.wait_for(proc.communicate(), 240)
         assert proc.returncode == 0, err.decode()
@@ -177,7 +189,7 @@ async def test_fragmentation_delete_the_named_pod_and_it_binds(
         await create(kube, namespace, gpu_pod("want", 4, pool))
         await pending_seen(kube, namespace, "want")
 
-        body = explain(daemon, namespace, "want")
+        body = await explain(daemon, namespace, "want")
         assert body["binding"] == "fragmentation", body
         assert "4 whole cards are free in total" in body["detail"], body["detail"]
         assert "no node has 4 free together" in body["detail"]
@@ -213,7 +225,7 @@ async def test_gang_create_the_missing_member_and_it_binds(
             ),
             what="w0 held for its gang",
         )
-        body = explain(daemon, namespace, "w0")
+        body = await explain(daemon, namespace, "w0")
         assert body["binding"] == "gang" and body["stage"] == "PreEnqueue", body
         (change,) = body["changes"]
         assert change["action"] == {"gang": f"{namespace}/train", "create": 1}
@@ -240,7 +252,7 @@ async def test_quota_raise_it_as_said_and_the_pod_binds(
         await create(kube, namespace, gpu_pod("want", 2, pool))
         await pending_seen(kube, namespace, "want")
 
-        body = explain(daemon, namespace, "want")
+        body = await explain(daemon, namespace, "want")
         assert body["binding"] == "quota" and body["stage"] == "PreFilter", body
         raise_it, make_room = body["changes"]
         assert raise_it["action"] == {"quota": f"{namespace}/gpus", "max": {keys.GPU_RESOURCE: "4"}}
@@ -271,24 +283,38 @@ async def test_thermal_restart_with_the_red_line_said_and_the_pod_binds(
     async with node_pool(kube, [pool_node(spec, pool)]):
         stream = io.StringIO()
         async with running_daemon(
-            cluster.kubeconfig, stream, telemetry_settings(prometheus.url)
+            cluster.kubeconfig, stream, thermal_settings(prometheus.url)
         ) as daemon:
             await daemon_sees(daemon, lambda: node_temp(daemon, name) == 84.0, "84 °C", stream)
             await create(kube, namespace, gpu_pod("train", 1, pool))
             await pending_seen(kube, namespace, "train")
-            body = explain(daemon, namespace, "train")
+            body = await explain(daemon, namespace, "train")
         assert body["binding"] == "thermal", body
         (change,) = body["changes"]
         # No projected rise in these settings: the card reads 84 °C, so the line must be 85.
         assert change["action"] == {"redLineCelsius": 85, "node": name}
         assert change["text"].startswith("fits if the red line were 85 °C")
 
-        settings = telemetry_settings(prometheus.url)
+        settings = thermal_settings(prometheus.url)
         (thermal,) = settings["profiles"][0]["pluginConfig"]
         thermal["args"]["redLineCelsius"] = change["action"]["redLineCelsius"]
         stream = io.StringIO()
         async with running_daemon(cluster.kubeconfig, stream, settings):
             assert (await bound(kube, namespace, "train")) == name
+
+
+def thermal_settings(url: str) -> dict[str, Any]:
+    """test_telemetry's settings (no projected rise, the red line at 82 °C) with the
+    Lease's default timings: the restarted daemon must not lose its Lease to a busy 2-core
+    machine between choosing the node and binding (the short test timings fence it)."""
+    settings = telemetry_settings(url)
+    settings["leaderElection"] = {
+        "resourceName": settings["leaderElection"]["resourceName"],
+        "leaseDurationSeconds": 15,
+        "renewDeadlineSeconds": 10,
+        "retryPeriodSeconds": 2,
+    }
+    return settings
 
 
 async def test_affinity_recreate_without_the_term_and_it_binds(
@@ -306,7 +332,7 @@ async def test_affinity_recreate_without_the_term_and_it_binds(
         await create(kube, namespace, pod)
         await pending_seen(kube, namespace, "want")
 
-        body = explain(daemon, namespace, "want")
+        body = await explain(daemon, namespace, "want")
         assert body["binding"] == "affinity", body
         (change,) = body["changes"]
         assert change["action"] == {"remove": "nodeSelector.zone", "node": spec.name}
@@ -333,7 +359,7 @@ async def test_topology_recreate_with_nvlink_preferred_and_it_binds(
         await create(kube, namespace, pod)
         await pending_seen(kube, namespace, "want")
 
-        body = explain(daemon, namespace, "want")
+        body = await explain(daemon, namespace, "want")
         assert body["binding"] == "topology", body
         (change,) = body["changes"]
         assert change["action"] == {"annotations": {keys.NVLINK: "preferred"}, "node": spec.name}

@@ -116,3 +116,19 @@ def test_gang_short_of_members_needs_them_created() -> None:
 def test_a_pod_that_fits_says_so() -> None:
     r = explain([node("a")], [], pod("want", 1))
     assert r["state"] == "fits" and r["feasible"] == ["a"] and r["changes"] == []
+
+
+def test_two_victims_when_no_single_pod_makes_room() -> None:
+    nodes = [node("a")]
+    pods = [
+        pod("p1", 2, node_name="a", cards="0,1"),
+        pod("p2", 2, node_name="a", cards="2,3"),
+        pod("keep", 2, node_name="a", cards="4,5", priority=5),
+    ]
+    r = explain(nodes, pods, pod("want", 6))
+    assert r["binding"] == "resources"
+    (change,) = r["changes"]
+    assert change["action"] == {"node": "a", "delete": ["team/p1", "team/p2"]}
+    assert change["text"] == (
+        "fits on node a if pod team/p1 (2 GPUs, priority 0), pod team/p2 (2 GPUs, priority 0) left"
+    )
