@@ -95,43 +95,68 @@ def _change(kind: str, text: str, action: dict[str, Any]) -> Change:
 # -- resources and fragmentation: pods that would have to leave ----------------------------
 
 
+Probe = Callable[[Sequence[PodInfo]], bool]
+
+
 def fewest_victims(
     ex: Explainer,
     pool: Sequence[PodInfo],
     fits: Callable[[Facts], dry.Attempt | None],
+    probe: Probe | None = None,
 ) -> tuple[list[PodInfo], dry.Attempt] | None:
     """The fewest, lowest-priority pods of `pool` whose removal makes `fits` hold: one pod
     if one suffices (the lowest priority, then the smallest); else taken lowest priority
     (then biggest) first until it holds, then each given back, highest priority first,
-    while it still holds (kube-scheduler's reprieve)."""
-    for victim in sorted(pool, key=lambda p: (p.priority, p.request.gpu_milli_total)):
-        alone = fits(ex.facts.without([victim.uid]))
-        if alone is not None:
-            return [victim], alone
-        if ex.trials >= ex.max_trials:
-            return None
-    order = sorted(
-        pool, key=lambda p: (p.priority, -p.request.gpu_milli_total, -p.request.cpu_milli)
+    while it still holds (kube-scheduler's reprieve). `probe(victims)`: a cheaper test of
+    the same question (the pods removed from the explainer's copy in place); the set it
+    finds is then verified with `fits` on a copy built afresh."""
+    test: Probe = probe or (
+        lambda victims: fits(ex.facts.without(p.uid for p in victims)) is not None
     )
-    chosen: list[PodInfo] = []
-    found: dry.Attempt | None = None
-    for victim in order:
-        chosen.append(victim)
-        found = fits(ex.facts.without(p.uid for p in chosen))
-        if found is not None:
-            break
-        if ex.trials >= ex.max_trials:
+    chosen: list[PodInfo] | None = None
+    for victim in sorted(pool, key=lambda p: (p.priority, p.request.gpu_milli_total)):
+        if ex.spent():
             return None
+        if test([victim]):
+            chosen = [victim]
+            break
+    if chosen is None:
+        order = sorted(
+            pool, key=lambda p: (p.priority, -p.request.gpu_milli_total, -p.request.cpu_milli)
+        )
+        taken: list[PodInfo] = []
+        for victim in order:
+            if ex.spent():
+                return None
+            taken.append(victim)
+            if test(taken):
+                chosen = taken
+                break
+        if chosen is None:
+            return None
+        for victim in sorted(chosen, key=lambda p: (-p.priority, p.request.gpu_milli_total)):
+            if len(chosen) == 1 or ex.spent():
+                break
+            trial = [p for p in chosen if p.uid != victim.uid]
+            if test(trial):
+                chosen = trial
+    found = fits(ex.facts.without(p.uid for p in chosen))
     if found is None:
         return None
-    for victim in sorted(chosen, key=lambda p: (-p.priority, p.request.gpu_milli_total)):
-        if len(chosen) == 1:
-            break
-        trial = [p for p in chosen if p.uid != victim.uid]
-        again = fits(ex.facts.without(p.uid for p in trial))
-        if again is not None:
-            chosen, found = trial, again
     return sorted(chosen, key=lambda p: (p.priority, p.key)), found
+
+
+def _probe(ex: Explainer, pod: PodInfo, node: str = "") -> Probe:
+    """Whether the pod fits (on `node`) with the victims removed from the explainer's own
+    copy for the trial (World.without)."""
+
+    def probe(victims: Sequence[PodInfo]) -> bool:
+        ex.trials += 1
+        with ex.world.without(victims):
+            a = dry.run(ex.world, pod, blockers=False)
+        return a.fits and (not node or node in a.feasible)
+
+    return probe
 
 
 def victims_on_nodes(ex: Explainer, pod: PodInfo, nodes: Iterable[str], kind: str) -> Change | None:
@@ -143,7 +168,7 @@ def victims_on_nodes(ex: Explainer, pod: PodInfo, nodes: Iterable[str], kind: st
         pool = [p for p in world.cache.pods_on_node(node) if p.uid != pod.uid]
         if not pool:
             continue
-        got = fewest_victims(ex, pool, _fits_on(ex, pod, node))
+        got = fewest_victims(ex, pool, _fits_on(ex, pod, node), _probe(ex, pod, node))
         if got is None:
             continue
         victims, _ = got
@@ -338,7 +363,11 @@ def quota_room(ex: Explainer, pod: PodInfo) -> list[Change]:
         for e in ex.world.cache.allocations()
         if tenancy.tenant_of(e.pod.namespace) == tenant and e.pod.uid != pod.uid
     ]
-    got_v = fewest_victims(ex, pool, lambda facts: ex.fits(facts, pod)) if pool else None
+    got_v = (
+        fewest_victims(ex, pool, lambda facts: ex.fits(facts, pod), _probe(ex, pod))
+        if pool
+        else None
+    )
     if got_v is not None:
         victims, _ = got_v
         out.append(

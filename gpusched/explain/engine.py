@@ -76,6 +76,10 @@ class Explainer:
 
     # -- dry cycles ---------------------------------------------------------------------------
 
+    def spent(self) -> bool:
+        """The trial budget is used up (the search reports what it verified so far)."""
+        return self.trials >= self.max_trials
+
     def attempt(self, facts: Facts, pod: PodInfo, *, blockers: bool = False) -> Attempt | None:
         """A dry cycle on a fresh copy built from `facts`; None when the trial budget is
         spent (the search then reports what it verified so far)."""

@@ -14,7 +14,8 @@ and a counterfactual that changes one wraps it (`QuotaOverride`) instead.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -206,6 +207,27 @@ class World:
         for name, fw in self.frameworks.items():
             fw.warm_start(bound[name])
             fw.telemetry_updated()
+
+    @contextmanager
+    def without(self, pods: Sequence[PodInfo]) -> Iterator[None]:
+        """These placed pods gone from this copy for the block (through the same deletion
+        handler as a watch's DELETED), then put back as they were. The victim searches
+        probe with it instead of rebuilding the copy per trial; what they find is then
+        verified on a copy built afresh from the Facts."""
+        allocs = {p.uid: a for p, a in self.facts.assumed}
+        gone = [p for p in pods if self.cache.get(p.uid) is not None]
+        for pod in gone:
+            self.events.pod_deleted(pod)
+        try:
+            yield
+        finally:
+            for pod in gone:
+                alloc = allocs.get(pod.uid)
+                if alloc is not None:
+                    self.cache.assume(pod, alloc)
+                    self.handle.gang_index.update(pod)
+                else:
+                    self.events.pod_changed(pod)
 
     def _copy_readings(self, readings: Mapping[str, NodeReadings]) -> None:
         """The daemon's telemetry columns, row by row (the copy's rows may be ordered
