@@ -62,7 +62,15 @@ def search(ex: Explainer, now: dry.Attempt, binding: str, closest: Sequence[str]
     if TOPOLOGY in kinds:
         out += nvlink_preferred(ex, pod)
     if AFFINITY in kinds:
-        out += affinity(ex, pod)
+        own = affinity(ex, pod)
+        out += own
+        if not own:
+            # Not the pod's own terms: a placed pod's anti-affinity (or the pod's affinity
+            # to pods elsewhere) may hold it; the pods with affinity terms on the closest
+            # nodes, as victims.
+            change = victims_on_nodes(ex, pod, closest, AFFINITY, _has_pod_affinity)
+            if change is not None:
+                out.append(change)
     if RESOURCES in kinds or FRAGMENTATION in kinds or "nominated" in kinds:
         change = victims_on_nodes(
             ex, pod, closest, FRAGMENTATION if FRAGMENTATION in kinds else RESOURCES
@@ -159,13 +167,23 @@ def _probe(ex: Explainer, pod: PodInfo, node: str = "") -> Probe:
     return probe
 
 
-def victims_on_nodes(ex: Explainer, pod: PodInfo, nodes: Iterable[str], kind: str) -> Change | None:
+def victims_on_nodes(
+    ex: Explainer,
+    pod: PodInfo,
+    nodes: Iterable[str],
+    kind: str,
+    eligible: Callable[[PodInfo], bool] | None = None,
+) -> Change | None:
     """ "fits on node X if pod Y (2 GPUs, priority 0) left": the node among `nodes` needing
-    the fewest, then lowest-priority, victims."""
+    the fewest, then lowest-priority, victims (among the pods `eligible` accepts)."""
     best: tuple[tuple[int, int, int], str, list[PodInfo]] | None = None
     world = ex.world
     for node in list(nodes)[:5]:
-        pool = [p for p in world.cache.pods_on_node(node) if p.uid != pod.uid]
+        pool = [
+            p
+            for p in world.cache.pods_on_node(node)
+            if p.uid != pod.uid and (eligible is None or eligible(p))
+        ]
         if not pool:
             continue
         got = fewest_victims(ex, pool, _fits_on(ex, pod, node), _probe(ex, pod, node))
@@ -188,6 +206,11 @@ def victims_on_nodes(ex: Explainer, pod: PodInfo, nodes: Iterable[str], kind: st
         f"fits on node {node} if {names} left",
         {"node": node, "delete": [p.key for p in victims]},
     )
+
+
+def _has_pod_affinity(pod: PodInfo) -> bool:
+    aff = pod.affinity or {}
+    return bool(aff.get("podAffinity") or aff.get("podAntiAffinity"))
 
 
 def _fits_on(ex: Explainer, pod: PodInfo, node: str) -> Callable[[Facts], dry.Attempt | None]:

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from gpusched.explain import Explainer, NodeReadings
+from gpusched.explain import Explainer, NodeReadings, World
 from gpusched.framework.snapshot import TELEMETRY_CARD_COLUMNS
 from gpusched.framework.tenancy import StaticTenancy, TenantQuota
 from gpusched.model import keys, quota
@@ -132,3 +132,30 @@ def test_two_victims_when_no_single_pod_makes_room() -> None:
     assert change["text"] == (
         "fits on node a if pod team/p1 (2 GPUs, priority 0), pod team/p2 (2 GPUs, priority 0) left"
     )
+
+
+def test_a_placed_pods_anti_affinity_names_that_pod() -> None:
+    term = {
+        "labelSelector": {"matchLabels": {"app": "web"}},
+        "topologyKey": "kubernetes.io/hostname",
+    }
+    loner = replace(
+        pod("loner", 1, node_name="a", cards="0"),
+        affinity={"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}},
+    )
+    want = pod("want", 1, labels={"app": "web"})
+    r = explain([node("a")], [loner], want)
+    assert r["binding"] == "affinity", r
+    (change,) = r["changes"]
+    assert change["action"] == {"node": "a", "delete": ["team/loner"]}
+
+
+def test_the_copy_puts_probed_pods_back_exactly() -> None:
+    pods = [pod("p1", 2, node_name="a", cards="0,1"), pod("p2", 1, node_name="a", cards="5")]
+    world = World(facts([node("a")], pods), REGISTRY)
+    snap = world.cache.snapshot
+    before = snap.card_free_milli.copy()
+    with world.without(pods):
+        assert (snap.card_free_milli[0, :8] == 1000).all()
+    assert (snap.card_free_milli == before).all()
+    assert {p.key for p in world.cache.pods_on_node("a")} == {"team/p1", "team/p2"}
