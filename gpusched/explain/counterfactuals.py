@@ -36,6 +36,8 @@ THERMAL_PLUGIN = "Thermal"
 MAX_RED_LINE = 149
 # Gang members the gang search adds at most.
 MAX_NEW_MEMBERS = 64
+# Nodes whose pods a gang's room search considers (those where one member comes closest).
+MAX_GANG_NODES = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +57,10 @@ def search(ex: Explainer, now: dry.Attempt, binding: str, closest: Sequence[str]
     kinds = binding.split("+")
     if GANG in kinds and now.stage == dry.PRE_ENQUEUE:
         out += gang_members(ex, pod)
+    elif GANG in kinds:
+        change = gang_room(ex, pod)
+        if change is not None:
+            out.append(change)
     if QUOTA in kinds:
         out += quota_room(ex, pod)
     if THERMAL in kinds:
@@ -465,3 +471,36 @@ def gang_members(ex: Explainer, pod: PodInfo) -> list[Change]:
             )
         ]
     return []
+
+
+def gang_room(ex: Explainer, pod: PodInfo) -> Change | None:
+    """A complete gang that does not fit as a whole: the fewest, lowest-priority placed
+    pods (not the gang's own) on the nodes where one member alone comes closest, whose
+    leaving lets the gang through."""
+    if pod.gang is None:
+        return None
+    key = pod.gang.name
+    alone = dry.run(ex.world, replace(pod, gang=None))
+    if alone.fits:
+        nodes = alone.feasible
+    else:
+        fewest = min((len(b) for b in alone.blockers.values()), default=0)
+        nodes = [n for n, b in alone.blockers.items() if len(b) == fewest]
+    members = {p.uid for p, _ in ex.world.handle.gang_members(key)}
+    pool = [
+        p
+        for n in nodes[:MAX_GANG_NODES]
+        for p in ex.world.cache.pods_on_node(n)
+        if p.uid not in members
+    ]
+    if not pool:
+        return None
+    got = fewest_victims(ex, pool, lambda facts: ex.fits(facts, pod), _probe(ex, pod))
+    if got is None:
+        return None
+    victims, _ = got
+    return _change(
+        GANG,
+        f"gang {key} fits if {', '.join(f'pod {describe(p)}' for p in victims)} left",
+        {"gang": key, "delete": [p.key for p in victims]},
+    )

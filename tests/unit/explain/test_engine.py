@@ -159,3 +159,21 @@ def test_the_copy_puts_probed_pods_back_exactly() -> None:
         assert (snap.card_free_milli[0, :8] == 1000).all()
     assert (snap.card_free_milli == before).all()
     assert {p.key for p in world.cache.pods_on_node("a")} == {"team/p1", "team/p2"}
+
+
+def test_a_complete_gang_that_does_not_fit_names_the_pods_to_leave() -> None:
+    ann = {keys.GANG_NAME: "g", keys.GANG_TOTAL: "2"}
+    members = [pod(f"m{i}", 4, annotations=ann) for i in range(2)]
+    pods = [
+        pod("a1", 6, node_name="a", cards="0,1,2,3,4,5", priority=9),
+        pod("b1", 2, node_name="b", cards="0,1"),
+        pod("b2", 4, node_name="b", cards="2,3,4,5", priority=9),
+    ]
+    r = explain([node("a"), node("b")], [*pods, members[1]], members[0])
+    assert r["binding"] == "gang" and r["stage"] == "PreFilter", r
+    (change,) = r["changes"]
+    # Two members of 4 cards, 2 free on each node: no node holds one. One pod leaving is
+    # enough only if it frees 8 cards on one node (a1: a holds both members); b1 and b2
+    # together would be two pods.
+    assert change["action"] == {"gang": "team/g", "delete": ["team/a1"]}
+    assert change["text"] == "gang team/g fits if pod team/a1 (6 GPUs, priority 9) left"
