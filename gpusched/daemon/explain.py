@@ -14,7 +14,8 @@
 
 Both answer the same JSON (gpusched/explain/engine.py Explanation.to_json), or an error
 object {"error": ..., "reason": ...} with an HTTP status: 404 the pod does not exist, 409 it
-is already bound (where, and its card assignment), 422 it is not for this scheduler.
+is already bound (where, and its card assignment) or being bound, 422 it is not for this
+scheduler.
 """
 
 from __future__ import annotations
@@ -127,6 +128,17 @@ def compute(facts: Facts, registry: Registry, namespace: str, name: str) -> Answ
     if problem is not None:
         return problem
     assert pod is not None
+    for placed, alloc in facts.assumed:
+        if placed.uid == pod.uid:
+            cards = ",".join(map(str, alloc.cards))
+            return 409, {
+                "error": f"pod {key} is not pending: the scheduler placed it on node"
+                f" {alloc.node}{f' (cards {cards})' if cards else ''} and is binding it"
+                " (or waiting at Permit for its gang)",
+                "reason": "BeingBound",
+                "node": alloc.node,
+                "cards": cards or None,
+            }
     return 200, Explainer(facts, registry).explain(pod).to_json()
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from gpusched.daemon.explain import compute, refuse
 from gpusched.daemon.explain_cli import split_target
 from gpusched.explain.render import human
+from gpusched.framework.interfaces import Allocation
 from gpusched.model import keys
 from tests.unit.explain.support import REGISTRY, facts, node, pod
 
@@ -45,3 +46,12 @@ def test_targets() -> None:
     assert split_target("pod", "") == ("default", "pod")
     assert split_target("a/b/c", "") is None
     assert split_target("a/b", "other") is None
+
+
+def test_a_pod_being_bound_is_refused_naming_its_node() -> None:
+    want = pod("want", 2)
+    f = facts([node("a")], [want])
+    f.assumed = [(want, Allocation("a", 0, (0, 1), (1000, 1000), (0, 0)))]
+    status, body = compute(f, REGISTRY, "team", "want")
+    assert status == 409 and body["reason"] == "BeingBound"
+    assert body["node"] == "a" and body["cards"] == "0,1"
