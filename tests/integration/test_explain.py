@@ -35,6 +35,7 @@ from gpusched.kube import JSON, Kube, pod_path
 from gpusched.model import keys
 from gpusched.observability.metrics import Metrics, serve
 from tests.integration.daemon_support import (
+    daemon_settings,
     first_event,
     node_pool,
     placement,
@@ -70,6 +71,28 @@ async def explain(daemon: Daemon, namespace: str, name: str) -> dict[str, Any]:
     return body
 
 
+def settings() -> dict[str, Any]:
+    """daemon_settings() with the Lease's default timings: a daemon must not lose its Lease
+    to a busy shared 2-core machine between choosing a node and binding (the short test
+    timings fenced a binding here once), and nothing here tests a failover."""
+    out = daemon_settings()
+    out["leaderElection"] = {
+        "resourceName": out["leaderElection"]["resourceName"],
+        "leaseDurationSeconds": 15,
+        "renewDeadlineSeconds": 10,
+        "retryPeriodSeconds": 2,
+    }
+    return out
+
+
+async def placed(kube: Kube, namespace: str, names: list[str], stream: io.StringIO) -> None:
+    """Until the pods are bound; on a timeout, the daemon's log says why not."""
+    try:
+        await until_bound(kube, namespace, names, len(names))
+    except TimeoutError as exc:
+        raise AssertionError(f"{exc}; the daemon's log:\n{stream.getvalue()[-4000:]}") from None
+
+
 def gpu_pod(name: str, gpus: int, pool: str, **kw: Any) -> JSON:
     return demo_pod(name, gpus=gpus, cpu="100m", **placement(pool), **kw)
 
@@ -92,10 +115,10 @@ async def test_resources_delete_the_named_pod_and_it_binds(
     stream = io.StringIO()
     async with (
         node_pool(kube, [pool_node(spec, pool)]),
-        running_daemon(cluster.kubeconfig, stream) as daemon,
+        running_daemon(cluster.kubeconfig, stream, settings()) as daemon,
     ):
         await create(kube, namespace, gpu_pod("big", 5, pool), gpu_pod("small", 2, pool))
-        await until_bound(kube, namespace, ["big", "small"], 2)
+        await placed(kube, namespace, ["big", "small"], stream)
         await create(kube, namespace, gpu_pod("want", 3, pool))
         await pending_seen(kube, namespace, "want")
 
@@ -181,11 +204,11 @@ async def test_fragmentation_delete_the_named_pod_and_it_binds(
     stream = io.StringIO()
     async with (
         node_pool(kube, [pool_node(s, pool) for s in specs]),
-        running_daemon(cluster.kubeconfig, stream) as daemon,
+        running_daemon(cluster.kubeconfig, stream, settings()) as daemon,
     ):
         # Six cards taken on each node: 4 free in total, 2 on each.
         await create(kube, namespace, *(gpu_pod(f"six-{i}", 6, pool) for i in range(2)))
-        await until_bound(kube, namespace, ["six-0", "six-1"], 2)
+        await placed(kube, namespace, ["six-0", "six-1"], stream)
         await create(kube, namespace, gpu_pod("want", 4, pool))
         await pending_seen(kube, namespace, "want")
 
@@ -210,7 +233,7 @@ async def test_gang_create_the_missing_member_and_it_binds(
     stream = io.StringIO()
     async with (
         node_pool(kube, [pool_node(spec, pool)]),
-        running_daemon(cluster.kubeconfig, stream) as daemon,
+        running_daemon(cluster.kubeconfig, stream, settings()) as daemon,
     ):
         await create(
             kube, namespace, *(gpu_pod(f"w{i}", 2, pool, annotations=gang) for i in range(2))
@@ -245,10 +268,10 @@ async def test_quota_raise_it_as_said_and_the_pod_binds(
     await kube.post(quotas_of(namespace), elastic_quota("gpus", {}, {keys.GPU_RESOURCE: 2}))
     async with (
         node_pool(kube, [pool_node(spec, pool)]),
-        running_daemon(cluster.kubeconfig, stream) as daemon,
+        running_daemon(cluster.kubeconfig, stream, settings()) as daemon,
     ):
         await create(kube, namespace, gpu_pod("first", 2, pool))
-        await until_bound(kube, namespace, ["first"], 1)
+        await placed(kube, namespace, ["first"], stream)
         await create(kube, namespace, gpu_pod("want", 2, pool))
         await pending_seen(kube, namespace, "want")
 
@@ -295,26 +318,18 @@ async def test_thermal_restart_with_the_red_line_said_and_the_pod_binds(
         assert change["action"] == {"redLineCelsius": 85, "node": name}
         assert change["text"].startswith("fits if the red line were 85 °C")
 
-        settings = thermal_settings(prometheus.url)
-        (thermal,) = settings["profiles"][0]["pluginConfig"]
+        restart = thermal_settings(prometheus.url)
+        (thermal,) = restart["profiles"][0]["pluginConfig"]
         thermal["args"]["redLineCelsius"] = change["action"]["redLineCelsius"]
         stream = io.StringIO()
-        async with running_daemon(cluster.kubeconfig, stream, settings):
+        async with running_daemon(cluster.kubeconfig, stream, restart):
             assert (await bound(kube, namespace, "train")) == name
 
 
 def thermal_settings(url: str) -> dict[str, Any]:
-    """test_telemetry's settings (no projected rise, the red line at 82 °C) with the
-    Lease's default timings: the restarted daemon must not lose its Lease to a busy 2-core
-    machine between choosing the node and binding (the short test timings fence it)."""
-    settings = telemetry_settings(url)
-    settings["leaderElection"] = {
-        "resourceName": settings["leaderElection"]["resourceName"],
-        "leaseDurationSeconds": 15,
-        "renewDeadlineSeconds": 10,
-        "retryPeriodSeconds": 2,
-    }
-    return settings
+    """test_telemetry's settings (no projected rise, the red line at 82 °C) with the Lease
+    timings of settings()."""
+    return {**telemetry_settings(url), **settings()}
 
 
 async def test_affinity_recreate_without_the_term_and_it_binds(
@@ -325,7 +340,7 @@ async def test_affinity_recreate_without_the_term_and_it_binds(
     stream = io.StringIO()
     async with (
         node_pool(kube, [pool_node(spec, pool)]),
-        running_daemon(cluster.kubeconfig, stream) as daemon,
+        running_daemon(cluster.kubeconfig, stream, settings()) as daemon,
     ):
         pod = gpu_pod("want", 1, pool)
         pod["spec"]["nodeSelector"]["zone"] = "nowhere"
@@ -353,7 +368,7 @@ async def test_topology_recreate_with_nvlink_preferred_and_it_binds(
     stream = io.StringIO()
     async with (
         node_pool(kube, [pool_node(spec, pool)]),
-        running_daemon(cluster.kubeconfig, stream) as daemon,
+        running_daemon(cluster.kubeconfig, stream, settings()) as daemon,
     ):
         pod = gpu_pod("want", 2, pool, annotations={keys.NVLINK: "required"})
         await create(kube, namespace, pod)
