@@ -1,4 +1,4 @@
-"""The `gpusched` command: simulate | variants | run | agent | check-config."""
+"""The `gpusched` command: simulate | variants | run | explain | agent | check-config."""
 
 from __future__ import annotations
 
@@ -360,6 +360,21 @@ def _cmd_run(args: argparse.Namespace) -> int:
     )
 
 
+def _cmd_explain(args: argparse.Namespace) -> int:
+    from gpusched.daemon.explain_cli import ExplainArgs, explain_main
+
+    return explain_main(
+        ExplainArgs(
+            target=args.target,
+            namespace=args.namespace or "",
+            kubeconfig=args.kubeconfig,
+            config=args.config,
+            endpoint=args.endpoint or "",
+            output=args.output,
+        )
+    )
+
+
 def _cmd_agent(args: argparse.Namespace) -> int:
     from gpusched.agent.main import AgentArgs, agent_main
 
@@ -651,6 +666,27 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.set_defaults(func=_cmd_run)
 
+    exp = sub.add_parser(
+        "explain",
+        help="why a pod is pending and the smallest change that lets it fit (docs/explain.md)",
+    )
+    exp.add_argument("target", metavar="NAMESPACE/POD", help="the pending pod (or POD with -n)")
+    exp.add_argument("-n", "--namespace", help="the pod's namespace when TARGET is a bare name")
+    exp.add_argument(
+        "--endpoint",
+        metavar="URL",
+        help="ask the running scheduler (its metrics port, e.g. http://localhost:10259);"
+        " default $GPUSCHED_EXPLAIN_ENDPOINT, else compute offline from the API",
+    )
+    exp.add_argument("--kubeconfig", help="kubeconfig file, offline (default: $KUBECONFIG, ...)")
+    exp.add_argument(
+        "--config", help="the scheduler's configuration YAML, offline (default: built-in)"
+    )
+    exp.add_argument(
+        "-o", "--output", choices=("text", "json"), default="text", help="text (default) or json"
+    )
+    exp.set_defaults(func=_cmd_explain)
+
     agent = sub.add_parser(
         "agent",
         help="publish this node's GPU inventory from NVML (docs/telemetry-agent.md)",
@@ -708,6 +744,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     rc: int = args.func(args)
     return rc
+
+
+def kubectl_main() -> int:
+    """`kubectl gpusched ...`: kubectl runs the executable `kubectl-gpusched` found on PATH
+    with the words after `gpusched` (the console script of this function)."""
+    return main(sys.argv[1:])
 
 
 if __name__ == "__main__":  # pragma: no cover

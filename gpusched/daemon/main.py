@@ -12,10 +12,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import aiohttp
+from aiohttp import web
 
 from gpusched.config import ConfigError, SchedulerConfig, default_config
 from gpusched.core.runtime.validate import validate_profiles
 from gpusched.daemon.daemon import Daemon, DaemonOptions, Logger
+from gpusched.daemon.explain import ROUTE as EXPLAIN_ROUTE
+from gpusched.daemon.explain import route as explain_route
 from gpusched.daemon.gpu_map import map_routes
 from gpusched.daemon.reload import DEFAULT_POLL_SECONDS, digest, read_new_config
 from gpusched.framework.registry import Registry
@@ -221,7 +224,10 @@ async def _run(
                     args.metrics_port,
                     lambda: daemon.is_ready,
                     daemon.liveness.problems,
-                    routes=map_routes(daemon) if args.gpu_map else (),
+                    routes=[
+                        web.get(EXPLAIN_ROUTE, explain_route(daemon)),
+                        *(map_routes(daemon) if args.gpu_map else ()),
+                    ],
                 )
             except OSError as exc:
                 print(

@@ -502,6 +502,12 @@ class Diagnosis:
         self._reasons = None
 
     @property
+    def steps(self) -> tuple[tuple[Mask, FilterResult, str], ...]:
+        """Each Filter's result with the candidate mask it was given, in the order they ran
+        (gpusched/explain reads which plugin rejected which node, and why)."""
+        return tuple(self._steps)
+
+    @property
     def rejected_by(self) -> frozenset[str]:
         """The Filter plugins that rejected at least one node (kube-scheduler's
         UnschedulablePlugins): the requeue hint asks whether an event may change their mind."""

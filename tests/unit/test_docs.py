@@ -24,6 +24,7 @@ OPERATING = (
     "limitations.md",
     "troubleshooting.md",
     "metrics.md",
+    "explain.md",
 )
 OURS = re.compile(r"\b(?:scheduler|gpusched)_[a-z_]+\b")
 

@@ -1,0 +1,196 @@
+"""Why a pod is pending, and the smallest change that would let it fit.
+
+explain(pod)
+  dry cycle on a copy of the scheduler's state (attempt.py): where it stops, per-node
+  reasons grouped as kube-scheduler counts them
+  binding constraint: the stage's plugin (PreEnqueue, PreFilter), else the blockers of
+  the nodes closest to fitting (fewest Filters against them)
+  counterfactuals for that constraint (counterfactuals.py): each a change to the input
+  (pods gone, a plugin argument, the pod's spec, a quota, a gang member) under which
+  the same plugins, run again on a fresh copy, let the pod through
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpusched.explain import attempt as dry
+from gpusched.explain import counterfactuals as cf
+from gpusched.explain.attempt import Attempt
+from gpusched.explain.counterfactuals import Change
+from gpusched.explain.kinds import FRAGMENTATION, RESOURCES, kind_of
+from gpusched.explain.world import Facts, World
+from gpusched.framework.registry import Registry
+from gpusched.model.pod import PodInfo
+
+# How many nodes closest to fitting the report lists (and the victim search tries).
+CLOSEST_NODES = 5
+
+
+@dataclass(slots=True)
+class Explanation:
+    pod: str
+    scheduler: str
+    # "pending": no node passes; "fits": a node passes now (the next attempt places it).
+    state: str
+    stage: str  # where the dry cycle stopped: PreEnqueue, PreFilter, Filter, fits
+    message: str  # kube-scheduler's FailedScheduling wording
+    binding: str  # the binding constraint's kind ("" when it fits)
+    detail: str  # one sentence on the binding constraint
+    groups: list[dict[str, Any]] = field(default_factory=list)
+    closest: list[dict[str, Any]] = field(default_factory=list)
+    feasible: list[str] = field(default_factory=list)
+    changes: list[Change] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    trials: int = 0  # dry cycles run to find and verify the changes
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "pod": self.pod,
+            "scheduler": self.scheduler,
+            "state": self.state,
+            "stage": self.stage,
+            "message": self.message,
+            "binding": self.binding,
+            "detail": self.detail,
+            "groups": self.groups,
+            "closest": self.closest,
+            "feasible": self.feasible,
+            "changes": [{"kind": c.kind, "text": c.text, "action": c.action} for c in self.changes],
+            "notes": self.notes,
+            "trials": self.trials,
+        }
+
+
+class Explainer:
+    """Explains pods against one set of Facts (one instant of the scheduler's state)."""
+
+    def __init__(self, facts: Facts, registry: Registry, *, max_trials: int = 200) -> None:
+        self.facts = facts
+        self.registry = registry
+        self.max_trials = max_trials
+        self.trials = 0
+        self.world = World(facts, registry)
+
+    # -- dry cycles ---------------------------------------------------------------------------
+
+    def spent(self) -> bool:
+        """The trial budget is used up (the search reports what it verified so far)."""
+        return self.trials >= self.max_trials
+
+    def attempt(self, facts: Facts, pod: PodInfo, *, blockers: bool = False) -> Attempt | None:
+        """A dry cycle on a fresh copy built from `facts`; None when the trial budget is
+        spent (the search then reports what it verified so far)."""
+        if self.trials >= self.max_trials:
+            return None
+        self.trials += 1
+        return dry.run(World(facts, self.registry), pod, blockers=blockers)
+
+    def fits(self, facts: Facts, pod: PodInfo, node: str = "") -> Attempt | None:
+        """The attempt if the pod fits under `facts` (on `node` when given), else None."""
+        a = self.attempt(facts, pod)
+        if a is None or not a.fits or (node and node not in a.feasible):
+            return None
+        return a
+
+    # -- the explanation -----------------------------------------------------------------------
+
+    def explain(self, pod: PodInfo) -> Explanation:
+        self.trials = 0
+        now = dry.run(self.world, pod)
+        groups = [
+            {"plugin": plugin, "reason": reason, "kind": kind_of(plugin, reason), "nodes": n}
+            for (plugin, reason), n in sorted(now.groups.items(), key=lambda kv: -kv[1])
+        ]
+        out = Explanation(
+            pod=pod.key,
+            scheduler=pod.scheduler_name,
+            state="fits" if now.fits else "pending",
+            stage=now.stage,
+            message="" if now.fits else now.message(),
+            binding="",
+            detail="",
+            groups=groups,
+            feasible=now.feasible[:CLOSEST_NODES],
+        )
+        if now.pre_filtered:
+            out.notes.append(f"{now.pre_filtered} node(s) ruled out at PreFilter")
+        if now.fits:
+            out.detail = (
+                f"the pod fits now on {len(now.feasible)} node(s)"
+                f" ({', '.join(now.feasible[:CLOSEST_NODES])}): the scheduler places it at"
+                " its next attempt (it may be waiting out a backoff, or a change since its"
+                " last attempt let it through)"
+            )
+            return out
+        if now.stage in (dry.PRE_ENQUEUE, dry.PRE_FILTER):
+            out.binding = kind_of(now.status.plugin, now.status.message())
+            out.detail = f"{now.stage} {now.status.plugin or 'check'}: {now.status.message()}"
+            closest: list[str] = []
+        else:
+            out.binding, closest, out.detail = self._binding(now)
+            out.closest = [
+                {
+                    "node": name,
+                    "blockers": [
+                        {"plugin": p, "reason": r, "kind": kind_of(p, r)}
+                        for p, r in now.blockers.get(name, ())
+                    ],
+                }
+                for name in closest[:CLOSEST_NODES]
+            ]
+        out.changes = cf.search(self, now, out.binding, closest)
+        out.trials = self.trials
+        if self.trials >= self.max_trials:
+            out.notes.append(f"the search stopped after {self.max_trials} dry cycles")
+        if not out.changes:
+            out.notes.append("no single change found that lets the pod fit")
+        return out
+
+    def _binding(self, now: Attempt) -> tuple[str, list[str], str]:
+        """The kind of constraint that holds the pod on the nodes closest to fitting, those
+        nodes (closest first), and a sentence on it."""
+        if not now.blockers:
+            return "unknown", [], "no node passed PreFilter"
+        fewest = min(len(b) for b in now.blockers.values())
+        close = {n: b for n, b in now.blockers.items() if len(b) == fewest}
+        sets = Counter(tuple(sorted({kind_of(p, r) for p, r in b})) for b in close.values())
+        kinds, count = sets.most_common(1)[0]
+        nodes = [
+            n for n, b in close.items() if tuple(sorted({kind_of(p, r) for p, r in b})) == kinds
+        ]
+        kind = "+".join(kinds)
+        reasons = sorted({r for n in nodes for _, r in close[n]})
+        detail = f"{count} node(s) would take the pod but for {kind}: {'; '.join(reasons)}"
+        if kind == RESOURCES:
+            frag = fragmentation(self.world, now.pod, nodes)
+            if frag:
+                return FRAGMENTATION, nodes, frag
+        return kind, nodes, detail
+
+
+def fragmentation(world: World, pod: PodInfo, nodes: list[str]) -> str:
+    """A sentence when the whole cards the pod asks for are free in total on the nodes that
+    only lack resources, but no one node has them together; "" otherwise."""
+    need = pod.request.gpu_cards
+    if need <= 1:
+        return ""
+    snap = world.cache.snapshot
+    free: dict[str, int] = {}
+    for name in nodes:
+        row = snap.row_of(name)
+        if row < 0:
+            continue
+        n = int(snap.node_card_count[row])
+        whole = (snap.card_free_milli[row, :n] >= 1000) & snap.card_healthy[row, :n]
+        free[name] = int(whole.sum())
+    total = sum(free.values())
+    if total < need or max(free.values(), default=0) >= need:
+        return ""
+    spread = ", ".join(f"{k}: {v}" for k, v in sorted(free.items(), key=lambda kv: -kv[1]) if v)
+    return (
+        f"fragmentation: {total} whole cards are free in total ({spread}) but no node has"
+        f" {need} free together"
+    )
