@@ -22,6 +22,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+from aiohttp import web
 
 from gpusched.daemon import Daemon
 from gpusched.daemon.explain import ROUTE, compute, explain_offline, facts_of, route
@@ -136,7 +137,7 @@ async def test_resources_delete_the_named_pod_and_it_binds(
 
         # The same answer from the daemon's HTTP endpoint ...
         runner = await serve(
-            Metrics(), 0, lambda: True, routes=[(ROUTE, route(daemon))], host="127.0.0.1"
+            Metrics(), 0, lambda: True, routes=[web.get(ROUTE, route(daemon))], host="127.0.0.1"
         )
         try:
             port = runner.addresses[0][1]
