@@ -19,6 +19,7 @@ from numpy.typing import NDArray
 
 from gpusched.framework.interfaces import Handle, Rows
 
+RULE = "seeded node order"
 _LAST = 2**64 - 1  # an empty row (never among the ties: only valid rows are scored)
 
 
@@ -51,3 +52,15 @@ class SeededNodeOrder:
             )
             self._membership = snap.membership
         return int(ties[np.argmin(self._rank[ties])])
+
+    def describe(self, row: int) -> dict[str, object]:
+        """The rule and its input for the decision record: the seed and the chosen node's
+        rank (hex), enough to check by hand (node_rank) why it came first among its ties."""
+        names = self._handle.snapshot.names
+        name = names[row] if 0 <= row < len(names) else ""
+        return {
+            "rule": RULE,
+            "seed": self.seed,
+            "rank": f"{node_rank(self.seed, name):016x}",
+            "how": f'lowest BLAKE2b rank of "{self.seed}/<node name>"; deterministic, not random',
+        }

@@ -34,6 +34,7 @@ from gpusched.framework.interfaces import (
     Mask,
     Rows,
     Scores,
+    ScoreUnit,
 )
 from gpusched.kernels import (
     thermal_filter_nb,
@@ -44,6 +45,7 @@ from gpusched.kernels import (
 from gpusched.kernels.dispatch import pick
 from gpusched.kernels.thermal_score import UNKNOWN_SCORE
 from gpusched.model.pod import PodInfo
+from gpusched.plugins.helper.no_data import always, mark_no_data
 from gpusched.plugins.thermal.args import ThermalArgs
 
 thermal_filter = pick(thermal_filter_nb, thermal_filter_np)
@@ -56,6 +58,11 @@ COOLING = 1
 
 class Thermal:
     name: ClassVar[str] = "Thermal"
+    score_unit: ClassVar[ScoreUnit] = ScoreUnit(
+        "points (0-100)",
+        "temperature headroom: 100 at or below coolCelsius, falling linearly to 0 at"
+        " redLineCelsius, for the hottest card's temperature projected with the pod",
+    )
     Args: ClassVar[type[ThermalArgs]] = ThermalArgs
 
     def __init__(self, args: ThermalArgs | None, handle: Handle) -> None:
@@ -230,14 +237,18 @@ class Thermal:
         snap = self.handle.snapshot
         latched = self.latched
 
-        def note(row: int) -> Mapping[str, object]:
-            t = float(snap.node_temp[row]) if 0 <= row < len(snap.node_temp) else float("nan")
+        def projected_at(row: int) -> float:
             p = float("nan")
             if projected is not None and rows is None and row < len(projected):
                 p = float(projected[row])
             elif projected is not None and rows is not None:
                 hit = np.flatnonzero(rows == row)
                 p = float(projected[hit[0]]) if len(hit) else p
+            return p
+
+        def note(row: int) -> Mapping[str, object]:
+            t = float(snap.node_temp[row]) if 0 <= row < len(snap.node_temp) else float("nan")
+            p = projected_at(row)
             fresh = not np.isnan(t)
             return {
                 "telemetry": "fresh" if fresh else "none",
@@ -247,3 +258,7 @@ class Thermal:
             }
 
         notes[self.name] = note
+        # No temperature the attempt could project from: the score there is UNKNOWN_SCORE.
+        mark_no_data(
+            state, self.name, always if projected is None else lambda r: np.isnan(projected_at(r))
+        )
