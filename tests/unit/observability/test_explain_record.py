@@ -5,12 +5,15 @@ why, each plugin's raw score with its unit, "no data" where a plugin had none; a
 from __future__ import annotations
 
 import dataclasses
+import sys
+from pathlib import Path
 
 import numpy as np
 import orjson
 
 from gpusched.core.runtime.tie_break import node_rank
 from gpusched.framework.interfaces import NO_DATA, ScorePlugin, ScoreUnit
+from gpusched.kernels import choose_cards_np
 from gpusched.model.node import Card, NodeModel
 from gpusched.observability.explain_record import (
     EVENT_MESSAGE_LIMIT,
@@ -112,10 +115,15 @@ def test_every_score_plugin_declares_its_raw_score_unit() -> None:
     scorers = [spec for spec in default_registry() if callable(getattr(spec.cls, "score", None))]
     assert len(scorers) >= 18
     for spec in scorers:
-        if True:
-            unit = getattr(spec.cls, "score_unit", None)
-            assert isinstance(unit, ScoreUnit), f"{spec.name} declares no score_unit"
-            assert unit.unit and len(unit.meaning) > 20, spec.name
+        unit = getattr(spec.cls, "score_unit", None)
+        assert isinstance(unit, ScoreUnit), f"{spec.name} declares no score_unit"
+        assert unit.unit and len(unit.meaning) > 20, spec.name
+        # Documented where the plugin is: its README quotes the unit it declares.
+        module = sys.modules[spec.cls.__module__].__file__
+        assert module is not None
+        readme = (Path(module).parent / "README.md").read_text()
+        assert f"`score_units.{spec.name}`" in readme, spec.name
+        assert f"**{unit.unit}**" in readme, spec.name
     most = NodeResourcesFit(
         dataclasses.replace(
             NodeResourcesFitArgs(),
@@ -203,3 +211,48 @@ def test_a_cpu_pod_has_no_cards_reason_but_its_tie() -> None:
     rec, _ = _record(s, "a")  # CPU-only
     assert rec["cards"] == [] and "cards_reason" not in rec
     assert rec["tie"] == {"tied": 1, "text": "the only node with the top total score"}
+
+
+def test_whole_card_words_agree_with_choose_cards_on_random_nodes() -> None:
+    """The words restate the kernel's rule for the cards it returned: the named island is
+    the chosen cards' island and no other island holding k has fewer free intact cards."""
+    rng = np.random.default_rng(7)
+    for _ in range(300):
+        c = int(rng.integers(2, 9))
+        free = rng.choice([0, 250, 1000], size=(1, c), p=[0.2, 0.2, 0.6]).astype(np.int32)
+        mem = np.where(free == 1000, 81920, 20000).astype(np.int32)
+        total = np.full((1, c), 81920, np.int32)
+        model = np.zeros((1, c), np.int16)
+        healthy = np.ones((1, c), np.bool_)
+        island = (np.arange(c) // int(rng.integers(1, 5)))[None, :].astype(np.int8)
+        temp = np.full((1, c), np.nan, np.float32)
+        k = int(rng.integers(1, 5))
+        allowed = np.ones(1, np.bool_)
+        cards = choose_cards_np(
+            free, mem, total, model, healthy, island, temp, 0, k, 0, 0, allowed, 0
+        )
+        if len(cards) == 0:
+            continue
+        words = whole_cards_reason(
+            tuple(int(x) for x in cards),
+            free[0],
+            mem[0],
+            model[0],
+            healthy[0],
+            island[0],
+            temp[0],
+            0,
+            allowed,
+            0,
+        )
+        isl = {int(island[0, x]) for x in cards}
+        if len(isl) > 1:
+            assert "span islands" in words, words
+            continue
+        (i,) = isl
+        assert words.startswith(f"NVLink island {i} "), words
+        intact = free[0] == 1000
+        here = int(np.count_nonzero(intact & (island[0] == i)))
+        for other in set(island[0].tolist()) - {i}:
+            n = int(np.count_nonzero(intact & (island[0] == other)))
+            assert not (k <= n < here), (words, free, island, k)
