@@ -105,8 +105,10 @@ here (plugin name -> note); the record calls each once, for the chosen row only,
 plugin keeps what it computed and words it only when the record is written."""
 
 
-NoData = Callable[[int], bool]
-"""Whether a Score plugin had no data for a node row (its score there is a neutral stand-in)."""
+NoData = Callable[[int, int], bool]
+"""Whether a Score plugin had no data for a node (its score there is a neutral stand-in),
+asked with the node's snapshot row and its index among the rows the plugin scored (-1 when
+not known): the index lets a plugin read what it computed per scored row directly."""
 
 NO_DATA: StateKey[dict[str, NoData]] = StateKey("gpusched/no-data")
 """Score plugins whose score for a row can be a neutral stand-in for missing data (Thermal

@@ -16,6 +16,7 @@ shared with `top`).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from gpusched.core.schedule_one import Decision
@@ -66,29 +67,31 @@ def score_units(decision: Decision) -> dict[str, dict[str, str]]:
     fw = decision.framework
     if fw is None or decision.scores is None:
         return {}
-    units = fw.score_units
-    return {name: units[name] for name in decision.scores.by_plugin if name in units}
+    return fw.score_units_of(decision.scores.by_plugin.keys())
 
 
-def chosen_scores(decision: Decision, chosen: int) -> dict[str, float | str]:
-    """Each plugin's raw score on the chosen node (index `chosen` into the scored rows), in
-    order of what it added to the total (weight x normalised score), "no data" last."""
-    scores = decision.scores
-    if scores is None or chosen < 0:
+def chosen_scores(
+    decision: Decision, entry: Mapping[str, Any] | None, chosen: int
+) -> dict[str, float | str]:
+    """Each plugin's raw score on the chosen node, in order of what it added to the total
+    (weight x normalised score), "no data" last. `entry`: the chosen node's entry of `top`
+    (its numbers already taken out of the arrays); `chosen`: its index in the scored rows."""
+    if entry is None or decision.scores is None or chosen < 0:
         return {}
-    row = int(scores.rows[chosen])
+    row = decision.alloc.row if decision.alloc is not None else -1
     tests = decision.state.get(NO_DATA) or {}
     have: list[tuple[float, str, float]] = []
     missing: list[str] = []
-    for name, ps in scores.by_plugin.items():
+    for name, s in entry["scores"].items():
         test = tests.get(name)
-        if test is not None and test(row):
+        if test is not None and test(row, chosen):
             missing.append(name)
         else:
-            have.append((ps.weight * float(ps.normalized[chosen]), name, float(ps.raw[chosen])))
-    have.sort(key=lambda t: -t[0])
-    out: dict[str, float | str] = {name: round(raw, 3) for _, name, raw in have}
-    out.update((name, NO_DATA_TEXT) for name in missing)
+            have.append((-s["weight"] * s["normalized"], name, s["raw"]))
+    have.sort()
+    out: dict[str, float | str] = {name: raw for _, name, raw in have}
+    for name in missing:
+        out[name] = NO_DATA_TEXT
     return out
 
 
@@ -100,14 +103,19 @@ def scheduled_message(pod_key: str, node: str, record: dict[str, Any], settled: 
     head = f"Successfully assigned {pod_key} to {node}"
     parts: list[str] = []
     if record.get("cards"):
-        parts.append("cards " + ",".join(str(c) for c in record["cards"]))
+        parts.append("cards " + ",".join(map(str, record["cards"])))
     scored: dict[str, float | str] = record.get("chosen_scores") or {}
-    mine = [t for t in record.get("top") or [] if t.get("node") == node]
-    if scored and mine:
-        named = [f"{n} {v:.1f}" for n, v in scored.items() if v != NO_DATA_TEXT]
-        named = named[:EVENT_TOP_PLUGINS]
-        named += [f"{n} {NO_DATA_TEXT}" for n, v in scored.items() if v == NO_DATA_TEXT]
-        parts.append(f"score {mine[0]['total']:.1f}: " + ", ".join(named))
+    total = next((t["total"] for t in record.get("top") or () if t.get("node") == node), None)
+    if scored and total is not None:
+        named: list[str] = []
+        shown = 0
+        for n, v in scored.items():
+            if v == NO_DATA_TEXT:
+                named.append(f"{n} {NO_DATA_TEXT}")
+            elif shown < EVENT_TOP_PLUGINS:
+                named.append(f"{n} {v:.1f}")
+                shown += 1
+        parts.append(f"score {total:.1f}: {', '.join(named)}")
     tie = record.get("tie")
     if tie and tie.get("tied", 1) != 1:
         parts.append(tie["text"])

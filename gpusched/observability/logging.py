@@ -175,7 +175,8 @@ def decision_record(
     if decision.node and decision.scores is not None:
         # Why this node and these cards (observability/explain_record.py).
         rec["tie"] = tie_entry(decision)
-        rec["chosen_scores"] = chosen_scores(decision, chosen)
+        entry = next((t for t in rec["top"] if t["node"] == decision.node), None)
+        rec["chosen_scores"] = chosen_scores(decision, entry, chosen)
         rec["score_units"] = score_units(decision)
         reason = cards_reason(decision)
         if reason is not None:

@@ -268,6 +268,7 @@ class Framework:
         self.score_units: dict[str, dict[str, str]] = {
             p.name: _unit_entry(p) for p, _ in self.score
         }
+        self._units_of: dict[tuple[str, ...], dict[str, dict[str, str]]] = {}
 
     # -- helpers ---------------------------------------------------------------------------
 
@@ -450,6 +451,17 @@ class Framework:
         # tolerance far below one score point.
         ties = scores.rows[scores.total >= best - 1e-9 * max(1.0, abs(best))]
         return self.tie_break(ties), len(ties)
+
+    def score_units_of(self, names: Collection[str]) -> dict[str, dict[str, str]]:
+        """score_units for these plugins (those that scored a pod), built once per set of
+        names: the record asks on every attempt. Shared: read it, never change it."""
+        key = tuple(names)
+        got = self._units_of.get(key)
+        if got is None:
+            got = self._units_of[key] = {
+                n: self.score_units[n] for n in key if n in self.score_units
+            }
+        return got
 
     def describe_tie_break(self, row: int) -> dict[str, object]:
         """The tie-break rule and its input for the decision record (SeededNodeOrder's own

@@ -218,7 +218,6 @@ class GPUFit:
                 snap.card_temp[row],
                 request.mem_mib,
                 request.allowed,
-                request.nvlink,
             )
 
         state.write(CARD_REASON, words)

@@ -11,10 +11,12 @@ returned, from the same inputs: the island is the chosen cards' own island, and 
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from numpy.typing import NDArray
 
-from gpusched.kernels._card_rules import INTACT_MILLI, usable_cards_np
+from gpusched.kernels._card_rules import INTACT_MILLI
 
 
 def card_list(cards: list[int] | tuple[int, ...]) -> str:
@@ -41,39 +43,48 @@ def whole_cards_reason(
     temp: NDArray[np.float32],
     req_mem: int,
     allowed: NDArray[np.bool_],
-    nvlink: int,
 ) -> str:
     """Why choose_cards took `cards` (k whole cards) on a node whose row, before the pod,
-    was `free_milli` ... `temp` (one node's columns)."""
+    was `free_milli` ... `temp` (one node's columns). Plain Python over the row's few
+    cards (lists, not array operations): this runs once per bound pod, inside the record."""
     k = len(cards)
-    present = model >= 0
-    elig = (
-        usable_cards_np(model, healthy, allowed)
-        & (free_milli == INTACT_MILLI)
-        & (free_mem >= req_mem)
-    )
-    chosen_islands = {int(island[c]) for c in cards}
+    models, isl_of = model.tolist(), island.tolist()
+    fm, mm, hl, ok = free_milli.tolist(), free_mem.tolist(), healthy.tolist(), allowed.tolist()
+    temps = temp.tolist()
+    # Per island: its cards, and those the pod could take (choose_cards' eligible cards).
+    size_of: dict[int, int] = {}
+    free_of: dict[int, int] = {}
+    for c, m in enumerate(models):
+        if m < 0:
+            continue
+        i = isl_of[c]
+        size_of[i] = size_of.get(i, 0) + 1
+        if fm[c] == INTACT_MILLI and mm[c] >= req_mem and hl[c] and m < len(ok) and ok[m]:
+            free_of[i] = free_of.get(i, 0) + 1
+    chosen_islands = {isl_of[c] for c in cards}
     # choose_cards takes the coolest of the chosen pool when temperatures are known.
-    known = [float(temp[c]) for c in cards if not np.isnan(temp[c])]
+    known = [temps[c] for c in cards if not math.isnan(temps[c])]
     cool = f"; the coolest eligible cards there (hottest {max(known):.0f} °C)" if known else ""
-    if chosen_islands == {-1}:
-        return (
-            f"cards {card_list(cards)}: NVLink layout unknown (no island published), "
-            f"{k} intact card{'s' if k != 1 else ''} by lowest index{cool}"
-        )
     if len(chosen_islands) > 1:
         return (
             f"cards {card_list(cards)}: no NVLink island has {k} free intact cards, so they "
             f"span islands {','.join(str(i) for i in sorted(chosen_islands))}{cool}"
         )
     (isl,) = chosen_islands
-    members = [int(c) for c in np.flatnonzero(present & (island == isl))]
-    free_here = int(np.count_nonzero(elig & (island == isl)))
+    if isl < 0:
+        how = "the coolest" if known else "by lowest index"
+        return (
+            f"cards {card_list(cards)}: NVLink layout unknown (no island published), "
+            f"{k} intact card{'s' if k != 1 else ''} {how}{cool}"
+        )
+    members = [c for c, m in enumerate(models) if m >= 0 and isl_of[c] == isl]
+    free_here = free_of.get(isl, 0)
     others = []
     tie = False
-    for other in sorted({int(i) for i in island[present]} - {isl, -1}):
-        n_free = int(np.count_nonzero(elig & (island == other)))
-        size = int(np.count_nonzero(present & (island == other)))
+    for other in sorted(size_of):
+        if other == isl or other < 0:
+            continue
+        n_free, size = free_of.get(other, 0), size_of[other]
         tie |= n_free == free_here
         if n_free >= free_here or (n_free >= k and n_free == size):
             whole = " whole" if n_free == size else ""

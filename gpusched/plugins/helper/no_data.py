@@ -9,7 +9,7 @@ from gpusched.framework.interfaces import NO_DATA, NoData
 
 
 def mark_no_data(state: CycleState, plugin: str, test: NoData) -> None:
-    """Register `test(row)` (True: no data for that row) for `plugin` in this attempt; the
+    """Register `test(row, index)` (True: no data for that row) for `plugin`; the
     record calls it for the chosen row only, so it may word nothing and compute late."""
     tests = state.get(NO_DATA)
     if tests is None:
@@ -18,6 +18,6 @@ def mark_no_data(state: CycleState, plugin: str, test: NoData) -> None:
     tests[plugin] = test
 
 
-def always(row: int) -> bool:
+def always(row: int, index: int) -> bool:
     """The test of a plugin that had no data for any node this attempt."""
     return True

@@ -108,5 +108,5 @@ class NVLinkTopology:
         scores: Scores = self._scores.get(snap, shape, every, changed)[rows]
         # A node whose islands nobody published scores UNKNOWN (50): no data, not a fit.
         known = self.known_rows(snap)
-        mark_no_data(state, self.name, lambda r: not (0 <= r < len(known) and known[r]))
+        mark_no_data(state, self.name, lambda r, _: not (0 <= r < len(known) and bool(known[r])))
         return scores

@@ -15,6 +15,7 @@ flow), so each needs its own neutral; an operator tunes or disables one without 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import ClassVar
 
@@ -77,12 +78,14 @@ class PowerHeadroom:
         out[fresh[known]] = np.clip(frac[known] * (100.0 / ample), 0.0, 100.0)
         return out
 
-    def _unknown(self, row: int) -> bool:
-        """Whether `score` gave the row UNKNOWN_SCORE for want of readings (its three cases)."""
+    def _unknown(self, row: int, index: int) -> bool:
+        """Whether `score` gave the row UNKNOWN_SCORE for want of readings (its three
+        cases); one row's few cards in plain Python, for the decision record."""
         snap = self.handle.snapshot
-        if snap.telemetry_version == 0 or np.isnan(snap.node_sampled_at[row]):
+        if snap.telemetry_version == 0 or math.isnan(float(snap.node_sampled_at[row])):
             return True
-        return bool(np.isnan(self.headroom(np.array([row], np.intp))[0][0]))
+        pairs = zip(snap.card_power_limit[row].tolist(), snap.card_power[row].tolist(), strict=True)
+        return not any(lim > 0 and not math.isnan(d) for lim, d in pairs)
 
     def _note(self, state: CycleState) -> None:
         """The chosen node's draw, limit and headroom for the decision record."""

@@ -20,6 +20,7 @@ still latched.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import ClassVar
 
@@ -258,7 +259,12 @@ class Thermal:
             }
 
         notes[self.name] = note
+
         # No temperature the attempt could project from: the score there is UNKNOWN_SCORE.
-        mark_no_data(
-            state, self.name, always if projected is None else lambda r: np.isnan(projected_at(r))
-        )
+        def no_data(row: int, index: int) -> bool:
+            assert projected is not None
+            if rows is not None and 0 <= index < len(projected):
+                return bool(np.isnan(projected[index]))  # projected is per scored row
+            return math.isnan(projected_at(row))
+
+        mark_no_data(state, self.name, always if projected is None else no_data)

@@ -93,14 +93,12 @@ def test_card_reasons_without_islands_spanning_and_best_fit() -> None:
     allowed = np.ones(1, np.bool_)
     nan = np.full(4, np.nan, np.float32)
     unknown = np.full(4, -1, np.int8)
-    assert whole_cards_reason((0, 1), free, mem, model, healthy, unknown, nan, 0, allowed, 0) == (
+    assert whole_cards_reason((0, 1), free, mem, model, healthy, unknown, nan, 0, allowed) == (
         "cards 0,1: NVLink layout unknown (no island published), 2 intact cards by lowest index"
     )
     islands = np.array([0, 0, 1, 1], np.int8)
     hot = np.array([60, 70, 61, 65], np.float32)
-    assert whole_cards_reason(
-        (0, 2, 3), free, mem, model, healthy, islands, hot, 0, allowed, 0
-    ) == (
+    assert whole_cards_reason((0, 2, 3), free, mem, model, healthy, islands, hot, 0, allowed) == (
         "cards 0,2,3: no NVLink island has 3 free intact cards, so they span islands 0,1;"
         " the coolest eligible cards there (hottest 65 °C)"
     )
@@ -178,8 +176,8 @@ def test_nvlink_topology_has_no_data_on_a_node_without_islands() -> None:
     d = s.submit(ai_pod("a", gpu_cards=2), keep_scores=True)
     tests = d.state.get(NO_DATA)
     assert tests is not None
-    assert tests["NVLinkTopology"](s.snapshot.row_of("gfd")) is True
-    assert tests["NVLinkTopology"](s.snapshot.row_of("n0")) is False
+    assert tests["NVLinkTopology"](s.snapshot.row_of("gfd"), -1) is True
+    assert tests["NVLinkTopology"](s.snapshot.row_of("n0"), -1) is False
 
 
 def test_the_scheduled_event_keeps_kube_schedulers_sentence_and_adds_scores() -> None:
@@ -243,7 +241,6 @@ def test_whole_card_words_agree_with_choose_cards_on_random_nodes() -> None:
             temp[0],
             0,
             allowed,
-            0,
         )
         isl = {int(island[0, x]) for x in cards}
         if len(isl) > 1:
