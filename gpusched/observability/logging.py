@@ -4,7 +4,9 @@ One `decision` record per scheduling attempt (see docs/daemon.md for a sample): 
 the attempt, the result, the time per extension point, filter rejections counted by
 reason, the top candidate nodes with each Score plugin's raw and normalised score, the
 chosen cards, and `notes`: what plugins say about the chosen node (Thermal: the temperature
-it used, fresh or none, whether the node is latched). Library warnings that go through the
+it used, fresh or none, whether the node is latched); for an attempt that chose a node, why
+(observability/explain_record.py): `tie`, `chosen_scores` ("no data" marked), `score_units`
+and `cards_reason`. Library warnings that go through the
 standard `logging` module (the watch, the writer) are rendered as the same JSON lines, so
 the stream stays machine-readable.
 """

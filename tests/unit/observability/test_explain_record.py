@@ -12,6 +12,7 @@ import numpy as np
 import orjson
 
 from gpusched.core.runtime.tie_break import node_rank
+from gpusched.daemon.reporting import _settled
 from gpusched.framework.interfaces import NO_DATA, ScorePlugin, ScoreUnit
 from gpusched.kernels import choose_cards_np
 from gpusched.model.node import Card, NodeModel
@@ -253,3 +254,11 @@ def test_whole_card_words_agree_with_choose_cards_on_random_nodes() -> None:
         for other in set(island[0].tolist()) - {i}:
             n = int(np.count_nonzero(intact & (island[0] == other)))
             assert not (k <= n < here), (words, free, island, k)
+
+
+def test_the_event_keeps_how_an_unknown_binding_was_settled() -> None:
+    rec = {"node": "n0", "cards": [0, 1]}
+    landed = "the Binding's answer was lost (timeout); the pod shows it landed"
+    assert _settled(f"bound to n0 (cards 0,1) ({landed})", rec) == landed
+    assert _settled("bound to n0 (cards 0,1)", rec) == ""
+    assert _settled("bound to n0", {"node": "n0", "cards": []}) == ""
