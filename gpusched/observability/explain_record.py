@@ -42,11 +42,11 @@ def tie_entry(decision: Decision) -> dict[str, Any] | None:
         row = decision.alloc.row
     else:  # Reserve failed after the choice: no allocation names the row
         row = fw.handle.snapshot.row_of(decision.node) if fw is not None else -1
-    rule: dict[str, Any] = fw.describe_tie_break(row) if fw is not None else {"rule": "unknown"}
-    text = f"chosen among {tied} tied nodes by {rule['rule']}"
-    if "seed" in rule:
-        text += f" (seed {rule['seed']})"
-    return {"tied": tied, **rule, "text": text}
+    out: dict[str, Any] = {"tied": tied}
+    out.update(fw.describe_tie_break(row) if fw is not None else {"rule": "unknown"})
+    seed = f" (seed {out['seed']})" if "seed" in out else ""
+    out["text"] = f"chosen among {tied} tied nodes by {out['rule']}{seed}"
+    return out
 
 
 def cards_reason(decision: Decision) -> str | None:
@@ -127,6 +127,8 @@ def scheduled_message(pod_key: str, node: str, record: dict[str, Any], settled: 
 
 def cut(text: str, limit: int) -> str:
     """`text` within `limit` UTF-8 bytes, ending in "…" when shortened."""
+    if len(text) * 4 <= limit:  # UTF-8 takes at most 4 bytes a character
+        return text
     raw = text.encode()
     if len(raw) <= limit:
         return text
