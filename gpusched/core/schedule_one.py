@@ -97,6 +97,9 @@ class Decision:
     # The framework of the scheduling cycle: the binding cycle finishes with it even when a
     # configuration reload (daemon/reload.py) has replaced the profile's framework since.
     framework: Framework | None = None
+    # How many nodes shared the top total score (the tie-break chose among them; 1: none
+    # tied); 0 when no node was selected by score (none chosen, or the nominated node).
+    tied: int = 0
 
     @property
     def message(self) -> str:
@@ -313,7 +316,7 @@ class ScheduleOne:
             return Decision(
                 pod, Result.ERROR, st, state, diagnosis=diag, feasible=len(frows), point_ns=ns
             )
-        row = fw.select(scores, fw.nominated_row(pod))
+        row, tied = fw.select_tied(scores, fw.nominated_row(pod))
         node = fw.handle.snapshot.names[row]
         decision = Decision(
             pod,
@@ -325,6 +328,7 @@ class ScheduleOne:
             scores=scores,
             feasible=len(frows),
             point_ns=ns,
+            tied=tied,
         )
         # Unlike kube-scheduler, Reserve runs before assume: GPUFit's Reserve chooses the
         # cards, and the cache assumes the pod with exactly those cards.

@@ -16,6 +16,7 @@ from gpusched.core.schedule_one import Decision, Observer, Outcome
 from gpusched.daemon.tasks import Tasks
 from gpusched.kube.writer import ClusterWriter, ObjectRef
 from gpusched.model.pod import PodInfo
+from gpusched.observability.explain_record import scheduled_message
 from gpusched.observability.logging import decision_record
 from gpusched.observability.metrics import Metrics
 
@@ -103,7 +104,7 @@ class Reporter(Observer):
                     ObjectRef.pod(pod),
                     "Normal",
                     "Scheduled",
-                    f"Successfully assigned {pod.key} to {message.removeprefix('bound to ')}",
+                    scheduled_message(pod.key, decision.node, record, _settled(message, record)),
                     action="Binding",
                 ),
                 f"event {pod.key}",
@@ -144,6 +145,15 @@ class Reporter(Observer):
                     self._plugin_children[key] = child
                 child.observe(per_call)
         self._timings[profile] = (all_ns, all_calls)
+
+
+def _settled(message: str, record: Mapping[str, Any]) -> str:
+    """What the bound message says beyond "bound to NODE (cards ...)": how a Binding of
+    unknown outcome was settled (core/schedule_one.py), or nothing."""
+    rest = message.removeprefix(f"bound to {record.get('node') or ''}")
+    if record.get("cards"):
+        rest = rest.removeprefix(f" (cards {','.join(map(str, record['cards']))})")
+    return rest.strip().removeprefix("(").removesuffix(")")
 
 
 def _reason(outcome: Outcome) -> str:

@@ -105,6 +105,33 @@ here (plugin name -> note); the record calls each once, for the chosen row only,
 plugin keeps what it computed and words it only when the record is written."""
 
 
+NoData = Callable[[int, int], bool]
+"""Whether a Score plugin had no data for a node (its score there is a neutral stand-in),
+asked with the node's snapshot row and its index among the rows the plugin scored (-1 when
+not known): the index lets a plugin read what it computed per scored row directly."""
+
+NO_DATA: StateKey[dict[str, NoData]] = StateKey("gpusched/no-data")
+"""Score plugins whose score for a row can be a neutral stand-in for missing data (Thermal
+without a fresh temperature, PowerHeadroom without power readings, NVLinkTopology on a node
+whose islands nobody published) register a test here (plugin name -> test); the record asks
+it for the chosen row only and writes "no data" instead of the neutral number."""
+
+CARD_REASON: StateKey[Callable[[], str]] = StateKey("gpusched/card-reason")
+"""Why the Reserve plugin that chose the pod's cards chose those, in words: written where the
+cards are chosen, worded only when the decision record is (one call per bound pod)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ScoreUnit:
+    """What a Score plugin's raw score measures, declared once on the plugin class as
+    `score_unit` (an instance may replace it when its args change the meaning) and shown in
+    the decision record beside the numbers. `unit`: what one raw point is; `meaning`: what a
+    higher raw score says about the node, in a few words."""
+
+    unit: str
+    meaning: str
+
+
 class WaitingPodView(Protocol):
     """A pod parked at Permit (core/runtime/waiting.py), as plugins see it."""
 
@@ -393,7 +420,9 @@ class ScorePlugin(Plugin, Protocol):
     def score(self, state: CycleState, pod: PodInfo, rows: Rows) -> Scores:
         """Raw scores, one per row of `rows` (the feasible rows), higher is better; in
         [0, 100] unless the plugin also normalises. A wrong length, NaN or a value out of
-        range after normalising is an Error for the attempt."""
+        range after normalising is an Error for the attempt. Every Score plugin also
+        declares `score_unit: ClassVar[ScoreUnit]` (not part of this Protocol, so a test's
+        ad-hoc plugin still passes isinstance; tests/unit/plugins check the real ones)."""
         ...
 
 

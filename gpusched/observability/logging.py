@@ -4,7 +4,9 @@ One `decision` record per scheduling attempt (see docs/daemon.md for a sample): 
 the attempt, the result, the time per extension point, filter rejections counted by
 reason, the top candidate nodes with each Score plugin's raw and normalised score, the
 chosen cards, and `notes`: what plugins say about the chosen node (Thermal: the temperature
-it used, fresh or none, whether the node is latched). Library warnings that go through the
+it used, fresh or none, whether the node is latched); for an attempt that chose a node, why
+(observability/explain_record.py): `tie`, `chosen_scores` ("no data" marked), `score_units`
+and `cards_reason`. Library warnings that go through the
 standard `logging` module (the watch, the writer) are rendered as the same JSON lines, so
 the stream stays machine-readable.
 """
@@ -22,6 +24,12 @@ import structlog
 
 from gpusched.core.schedule_one import Decision
 from gpusched.framework.interfaces import NODE_NOTES
+from gpusched.observability.explain_record import (
+    cards_reason,
+    chosen_scores,
+    score_units,
+    tie_entry,
+)
 
 TOP_NODES = 5
 
@@ -86,20 +94,29 @@ def _round(x: float) -> float:
     return round(float(x), 3)
 
 
-def top_nodes(decision: Decision, names: list[str], k: int = TOP_NODES) -> list[dict[str, Any]]:
+def chosen_index(decision: Decision) -> int:
+    """The chosen node's index among the scored rows; -1 when none was chosen by score."""
+    scores = decision.scores
+    if scores is None or decision.alloc is None:
+        return -1
+    hits = np.flatnonzero(scores.rows == decision.alloc.row)
+    return int(hits[0]) if len(hits) else -1
+
+
+def top_nodes(
+    decision: Decision, names: list[str], k: int = TOP_NODES, chosen: int | None = None
+) -> list[dict[str, Any]]:
     """The k best candidates with each plugin's raw and normalised score and weight. The
-    chosen node is always listed (first among equal totals): with many ties the random
-    tie-break may pick a node that a plain top-k would leave out."""
+    chosen node is always listed (first among equal totals): with many ties the tie-break
+    may pick a node that a plain top-k would leave out. `chosen`: chosen_index, if known."""
     scores = decision.scores
     if scores is None or len(scores.rows) == 0:
         return []
     total = scores.total
     k = min(k, len(total))
     best = np.argpartition(-total, k - 1)[:k] if k < len(total) else np.arange(len(total))
-    chosen = -1
-    if decision.alloc is not None:
-        hits = np.flatnonzero(scores.rows == decision.alloc.row)
-        chosen = int(hits[0]) if len(hits) else -1
+    if chosen is None:
+        chosen = chosen_index(decision)
     if chosen >= 0 and chosen not in best:
         best[-1] = chosen
     best = np.array(sorted(best.tolist(), key=lambda i: (-total[i], i != chosen)), np.intp)
@@ -138,6 +155,7 @@ def decision_record(
 ) -> dict[str, Any]:
     """The fields of one decision line (without the logger's own: event, level, timestamp)."""
     pod = decision.pod
+    chosen = chosen_index(decision)
     us = {point: round(ns / 1e3, 1) for point, ns in decision.point_ns.items()}
     if extra_us:
         us.update({k: round(v, 1) for k, v in extra_us.items()})
@@ -154,8 +172,17 @@ def decision_record(
         "nodes": decision.diagnosis.total_nodes if decision.diagnosis else 0,
         "us": us,
         "rejections": dict(decision.diagnosis.reasons or {}) if decision.diagnosis else {},
-        "top": top_nodes(decision, names),
+        "top": top_nodes(decision, names, chosen=chosen),
     }
+    if decision.node and decision.scores is not None:
+        # Why this node and these cards (observability/explain_record.py).
+        rec["tie"] = tie_entry(decision)
+        entry = next((t for t in rec["top"] if t["node"] == decision.node), None)
+        rec["chosen_scores"] = chosen_scores(decision, entry, chosen)
+        rec["score_units"] = score_units(decision)
+        reason = cards_reason(decision)
+        if reason is not None:
+            rec["cards_reason"] = reason
     if decision.alloc is not None and decision.alloc.cards and pod.request.gpu_cards == 0:
         rec["milli"] = list(decision.alloc.milli)
     if decision.status.plugin:

@@ -27,6 +27,7 @@ from gpusched.model import keys
 from tests.integration.daemon_support import (
     create_pods,
     events_for,
+    first_event,
     node_pool,
     placement,
     pool_name,
@@ -115,6 +116,28 @@ async def test_200_mixed_pods_on_50_gpu_nodes(
         assert rec["feasible"] >= 1
         if name.startswith("shared"):
             assert rec["milli"] == [int(pod["metadata"]["annotations"][keys.GPU_MILLI])]
+    # The Scheduled Event carries the top plugin scores after kube-scheduler's sentence,
+    # and the record explains the choice (gpusched/observability/explain_record.py).
+    names = sorted(fitting)
+    picks = [next(n for n in names if n.startswith(kind)) for kind in ("shared", "cpu")]
+    picks.append(next(n for n in names if cards_of(fitting[n])[0] and n not in picks))
+    for name in picks:
+        rec = records[fitting[name]["metadata"]["uid"]]
+        message = (await first_event(kube, namespace, name, "Scheduled"))["message"]
+        assert message.startswith(f"Successfully assigned {namespace}/{name} to {rec['node']} (")
+        assert len(message.encode()) <= 1024
+        total = next(t["total"] for t in rec["top"] if t["node"] == rec["node"])
+        best, value = next(iter(rec["chosen_scores"].items()))
+        assert f"score {total:.1f}: {best} {value:.1f}" in message, (message, rec)
+        # KWOK nodes report no temperature: said, not shown as Thermal's neutral 50.
+        assert rec["chosen_scores"]["Thermal"] == "no data" and "Thermal no data" in message
+        assert rec["score_units"]["GPUFragmentation"]["unit"] == "points (0-100)"
+        assert rec["tie"]["tied"] >= 1 and rec["tie"]["text"]
+        if rec["cards"]:
+            assert f"cards {','.join(map(str, rec['cards']))}" in message
+            assert rec["cards_reason"], rec
+        else:
+            assert "cards_reason" not in rec
     # Filter rejections are counted by reason in the unschedulable pods' records.
     rejected = [r for r in _decisions(stream) if r["result"] == "unschedulable"]
     assert any(r["rejections"].get("Insufficient nvidia.com/gpu") for r in rejected)

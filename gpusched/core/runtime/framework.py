@@ -42,6 +42,7 @@ from gpusched.framework.interfaces import (
     Rows,
     ScorePlugin,
     Scores,
+    ScoreUnit,
     TelemetryPlugin,
     TenantFairSort,
     WarmStartPlugin,
@@ -262,6 +263,12 @@ class Framework:
             )
         self.post_bind: list[PostBindPlugin] = at(Point.POST_BIND)
         self.max_total_score = sum(w for _, w in self.score) * MAX_NODE_SCORE
+        # Each Score plugin's unit and meaning (ScoreUnit) as the record writes them, built
+        # once: the record takes the entries of the plugins that scored.
+        self.score_units: dict[str, dict[str, str]] = {
+            p.name: _unit_entry(p) for p, _ in self.score
+        }
+        self._units_of: dict[tuple[str, ...], dict[str, dict[str, str]]] = {}
 
     # -- helpers ---------------------------------------------------------------------------
 
@@ -432,13 +439,39 @@ class Framework:
         """The nominated row when it is feasible (kube-scheduler's evaluateNominatedNode:
         the preemptor takes the room it freed); else the row with the highest total score,
         ties broken by the tie-break policy."""
+        return self.select_tied(scores, nominated)[0]
+
+    def select_tied(self, scores: ScoreResult, nominated: int = -1) -> tuple[int, int]:
+        """`select`, and how many nodes shared the top total (the tie-break chose among
+        them; 1: no tie); 0 when the nominated row was taken without comparing scores."""
         if nominated >= 0 and bool(np.any(scores.rows == nominated)):
-            return nominated
+            return nominated, 0
         best = scores.total.max()
         # Float weights make equal integer scores differ in the last bits; compare with a
         # tolerance far below one score point.
         ties = scores.rows[scores.total >= best - 1e-9 * max(1.0, abs(best))]
-        return self.tie_break(ties)
+        return self.tie_break(ties), len(ties)
+
+    def score_units_of(self, names: Collection[str]) -> dict[str, dict[str, str]]:
+        """score_units for these plugins (those that scored a pod), built once per set of
+        names: the record asks on every attempt. Shared: read it, never change it."""
+        key = tuple(names)
+        got = self._units_of.get(key)
+        if got is None:
+            got = self._units_of[key] = {
+                n: self.score_units[n] for n in key if n in self.score_units
+            }
+        return got
+
+    def describe_tie_break(self, row: int) -> dict[str, object]:
+        """The tie-break rule and its input for the decision record (SeededNodeOrder's own
+        words; another rule, e.g. the simulator's comparison orders, by its name)."""
+        describe = getattr(self.tie_break, "describe", None)
+        if describe is not None:
+            out: dict[str, object] = describe(row)
+            return out
+        tb = self.tie_break
+        return {"rule": getattr(tb, "__qualname__", type(tb).__name__)}
 
     def nominated_row(self, pod: PodInfo) -> int:
         """The snapshot row of the node a Nominator plugin nominated the pod to; -1: none."""
@@ -563,6 +596,13 @@ class Framework:
                     plugin.telemetry_updated()
                 except Exception:  # telemetry must never stop the scheduler
                     _log.exception("telemetry update of %s raised", name)
+
+
+def _unit_entry(plugin: object) -> dict[str, str]:
+    unit = getattr(plugin, "score_unit", None)
+    if not isinstance(unit, ScoreUnit):  # a plugin from outside that declares none
+        return {"unit": "points (0-100)", "meaning": "not declared by the plugin"}
+    return {"unit": unit.unit, "meaning": unit.meaning}
 
 
 def pre_enqueue_of(frameworks: Mapping[str, Framework]) -> Callable[[PodInfo], Status] | None:

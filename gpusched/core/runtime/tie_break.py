@@ -19,6 +19,7 @@ from numpy.typing import NDArray
 
 from gpusched.framework.interfaces import Handle, Rows
 
+RULE = "seeded node order"
 _LAST = 2**64 - 1  # an empty row (never among the ties: only valid rows are scored)
 
 
@@ -33,11 +34,12 @@ class SeededNodeOrder:
     is added or removed (the snapshot's membership), not on label changes: GPU Feature
     Discovery rewrites a timestamp label every minute on every node."""
 
-    __slots__ = ("_handle", "_membership", "_rank", "seed")
+    __slots__ = ("_handle", "_how", "_membership", "_rank", "seed")
 
     def __init__(self, handle: Handle, seed: int = 0) -> None:
         self._handle = handle
         self.seed = seed
+        self._how = f'lowest BLAKE2b rank of "{seed}/<node name>"; deterministic, not random'
         self._membership = -1
         self._rank: NDArray[np.uint64] = np.zeros(0, np.uint64)
 
@@ -51,3 +53,18 @@ class SeededNodeOrder:
             )
             self._membership = snap.membership
         return int(ties[np.argmin(self._rank[ties])])
+
+    def describe(self, row: int) -> dict[str, object]:
+        """The rule and its input for the decision record: the seed and the chosen node's
+        rank (hex), enough to check by hand (node_rank) why it came first among its ties."""
+        snap = self._handle.snapshot
+        if snap.membership == self._membership and 0 <= row < len(self._rank):
+            rank = int(self._rank[row])  # the ranks the pick was made with
+        else:
+            rank = node_rank(self.seed, snap.names[row] if 0 <= row < len(snap.names) else "")
+        return {
+            "rule": RULE,
+            "seed": self.seed,
+            "rank": f"{rank:016x}",
+            "how": self._how,
+        }

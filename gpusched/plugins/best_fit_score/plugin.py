@@ -12,7 +12,7 @@ from typing import ClassVar
 import numpy as np
 
 from gpusched.framework.cycle_state import CycleState
-from gpusched.framework.interfaces import Handle, Rows, Scores
+from gpusched.framework.interfaces import Handle, Rows, Scores, ScoreUnit
 from gpusched.kernels.dispatch import pick
 from gpusched.kernels.fgd_baselines import bestfit_raw_nb, bestfit_raw_np, go_normalize
 from gpusched.model.pod import PodInfo
@@ -22,6 +22,13 @@ bestfit_raw = pick(bestfit_raw_nb, bestfit_raw_np)
 
 class BestFitScore:
     name: ClassVar[str] = "BestFitScore"
+    score_unit: ClassVar[ScoreUnit] = ScoreUnit(
+        "points (int, 0-100)",
+        (
+            "100 x (1 - the node's CPU and GPU left after the pod, as shares of 128 cores and 8 "
+            "GPUs): fuller nodes higher; min-max normalised"
+        ),
+    )
 
     def __init__(self, args: object, handle: Handle) -> None:
         self.handle = handle

@@ -8,7 +8,7 @@ from typing import ClassVar
 import numpy as np
 
 from gpusched.framework.cycle_state import CycleState
-from gpusched.framework.interfaces import Handle, Rows, Scores
+from gpusched.framework.interfaces import Handle, Rows, Scores, ScoreUnit
 from gpusched.kernels.dispatch import pick
 from gpusched.kernels.fgd_baselines import dotprod_score_nb, dotprod_score_np
 from gpusched.model.pod import PodInfo
@@ -18,6 +18,13 @@ dotprod_score = pick(dotprod_score_nb, dotprod_score_np)
 
 class DotProductScore:
     name: ClassVar[str] = "DotProductScore"
+    score_unit: ClassVar[ScoreUnit] = ScoreUnit(
+        "points (int, 0-100)",
+        (
+            "100 x (1 - dot product of the node's free CPU/GPU and the pod's request / 2): least "
+            "aligned free vector highest"
+        ),
+    )
 
     def __init__(self, args: object, handle: Handle) -> None:
         self.handle = handle

@@ -13,7 +13,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from gpusched.framework.cycle_state import CycleState
-from gpusched.framework.interfaces import Handle, Rows, Scores
+from gpusched.framework.interfaces import Handle, Rows, Scores, ScoreUnit
 from gpusched.kernels.dispatch import pick
 from gpusched.kernels.fgd_baselines import clustering_score_nb, clustering_score_np
 from gpusched.model.pod import PodInfo, PodRequest
@@ -30,6 +30,13 @@ def shape_tag(req: PodRequest, n_tags: int) -> int:
 
 class GpuClusteringScore:
     name: ClassVar[str] = "GpuClusteringScore"
+    score_unit: ClassVar[ScoreUnit] = ScoreUnit(
+        "points (0-100)",
+        (
+            "75/50/25/0 by whether the node holds only/also/no/only other pods of this GPU shape,"
+            " + 25 x its used GPU share"
+        ),
+    )
 
     def __init__(self, args: object, handle: Handle) -> None:
         self.handle = handle

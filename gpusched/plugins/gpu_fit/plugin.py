@@ -19,6 +19,7 @@ from gpusched.framework.cycle_state import CycleState
 from gpusched.framework.interfaces import (
     ALLOCATION,
     BINDING_ANNOTATIONS,
+    CARD_REASON,
     Allocation,
     FilterResult,
     Handle,
@@ -33,8 +34,10 @@ from gpusched.model import keys
 from gpusched.model.gpu_models import describe
 from gpusched.model.pod import PodInfo
 from gpusched.model.share import share_on_card
+from gpusched.plugins.gpu_fit.why import shared_card_reason, whole_cards_reason
 from gpusched.plugins.helper.gpu_state import (
     CARD_HINT,
+    CARD_HINT_BY,
     GPU_REQUEST,
     GPU_SUMMARY,
     GpuRequest,
@@ -164,6 +167,7 @@ class GPUFit:
         if hinted >= 0:
             milli, mem = share_on_card(pod.request, int(snap.card_total_mem[row, hinted]))
             state.write(ALLOCATION, Allocation(node, row, (hinted,), (milli,), (mem,)))
+            self._reason_shared(state, hinted, int(snap.card_free_milli[row, hinted]), milli, True)
             return Status()
         cards = choose_cards(
             *card_columns(snap),
@@ -185,7 +189,45 @@ class GPUFit:
             ALLOCATION,
             Allocation(node, row, ids, tuple(m for m, _ in held), tuple(mm for _, mm in held)),
         )
+        if request.cards:
+            self._reason_whole(state, ids, row, request)
+        else:
+            c = ids[0]
+            self._reason_shared(state, c, int(snap.card_free_milli[row, c]), held[0][0], False)
         return Status()
+
+    # -- the decision record ----------------------------------------------------------------
+
+    def _reason_whole(
+        self, state: CycleState, cards: tuple[int, ...], row: int, request: GpuRequest
+    ) -> None:
+        """Keep the row's free shares as choose_cards saw them (assuming the pod rewrites
+        them next); the words are built only if the record asks (why.py)."""
+        snap = self.handle.snapshot
+        free_milli = snap.card_free_milli[row].copy()
+        free_mem = snap.card_free_mem[row].copy()
+
+        def words() -> str:
+            return whole_cards_reason(
+                cards,
+                free_milli,
+                free_mem,
+                snap.card_model[row],
+                snap.card_healthy[row],
+                snap.card_island[row],
+                snap.card_temp[row],
+                request.mem_mib,
+                request.allowed,
+            )
+
+        state.write(CARD_REASON, words)
+
+    @staticmethod
+    def _reason_shared(
+        state: CycleState, card: int, free_before: int, held: int, hinted: bool
+    ) -> None:
+        by = state.get(CARD_HINT_BY, "the Score plugins' card hint") if hinted else None
+        state.write(CARD_REASON, lambda: shared_card_reason(card, free_before, held, by))
 
     def _hinted_card(self, state: CycleState, pod: PodInfo, row: int) -> int:
         """The card a Score plugin chose for a shared pod on this row, if it still fits."""

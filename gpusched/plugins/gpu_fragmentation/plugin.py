@@ -20,7 +20,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from gpusched.framework.cycle_state import CycleState
-from gpusched.framework.interfaces import Handle, Rows, Scores
+from gpusched.framework.interfaces import Handle, Rows, Scores, ScoreUnit
 from gpusched.model.node import FULL_CARD_MILLI
 from gpusched.model.pod import PodInfo
 from gpusched.plugins.gpu_fragmentation.args import GPUFragmentationArgs
@@ -28,7 +28,8 @@ from gpusched.plugins.gpu_fragmentation.learner import ShapeLearner
 from gpusched.plugins.gpu_fragmentation.models import model_pressure
 from gpusched.plugins.gpu_fragmentation.prices import CardPrices, LossCache
 from gpusched.plugins.helper.fgd_target import FragCache, allowed_of, placement_terms
-from gpusched.plugins.helper.gpu_state import CARD_HINT
+from gpusched.plugins.helper.gpu_state import CARD_HINT, CARD_HINT_BY
+from gpusched.plugins.helper.no_data import always, mark_no_data
 from gpusched.plugins.helper.row_cache import RowCache
 
 NEUTRAL = 50.0
@@ -37,6 +38,14 @@ log = logging.getLogger(__name__)
 
 class GPUFragmentation:
     name: ClassVar[str] = "GPUFragmentation"
+    score_unit: ClassVar[ScoreUnit] = ScoreUnit(
+        "points (0-100)",
+        (
+            "how little of the learnt pod mix the placement spoils, not a GPU count: shared pods "
+            "90 x (1 - cards lost at the card prices), the rest from 100 x sigmoid(dF / 1000), dF"
+            " the fragmentation drop in milli-GPU"
+        ),
+    )
     Args: ClassVar[type[GPUFragmentationArgs]] = GPUFragmentationArgs
 
     def __init__(self, args: GPUFragmentationArgs | None, handle: Handle) -> None:
@@ -228,6 +237,7 @@ class GPUFragmentation:
     def score(self, state: CycleState, pod: PodInfo, rows: Rows) -> Scores:
         self._learn(pod)
         if not self.cache.classes:
+            mark_no_data(state, self.name, always)  # no workload learnt yet: all NEUTRAL
             return np.full(len(rows), NEUTRAL)
         snap = self.handle.snapshot
         req = pod.request
@@ -267,9 +277,19 @@ class GPUFragmentation:
             hint = np.full(snap.capacity, -1, np.int16)
             hint[rows_arr] = card
             state.write(CARD_HINT, hint)
+            state.write(CARD_HINT_BY, self._hint_words())
             if req.gpu_milli > 0:
                 out = self._sos(out, rows_arr, card, req.gpu_milli)
         return np.clip(out, 0.0, 100.0)
+
+    def _hint_words(self) -> str:
+        """Which rule chose the card GPUFit's Reserve takes from CARD_HINT (_row_terms)."""
+        if self.args.price_weight > 0 and self.prices.ready:
+            return (
+                "GPUFragmentation's pick: the card that loses least of the learnt pod mix"
+                " at the card prices"
+            )
+        return "GPUFragmentation's pick: the card where the node's fragmentation drops most"
 
     def _row_terms(
         self, pod: PodInfo, rows: NDArray[np.intp], allowed: NDArray[np.bool_]

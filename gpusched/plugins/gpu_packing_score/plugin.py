@@ -8,7 +8,7 @@ from typing import ClassVar
 import numpy as np
 
 from gpusched.framework.cycle_state import CycleState
-from gpusched.framework.interfaces import Handle, Rows, Scores
+from gpusched.framework.interfaces import Handle, Rows, Scores, ScoreUnit
 from gpusched.kernels.dispatch import pick
 from gpusched.kernels.fgd_baselines import packing_score_fgd_nb, packing_score_fgd_np
 from gpusched.model.pod import PodInfo
@@ -18,6 +18,13 @@ packing_score_fgd = pick(packing_score_fgd_nb, packing_score_fgd_np)
 
 class GpuPackingScore:
     name: ClassVar[str] = "GpuPackingScore"
+    score_unit: ClassVar[ScoreUnit] = ScoreUnit(
+        "points (0-100)",
+        (
+            "tiers: used cards only 50-100, a fresh card on a used node 33-49, an untouched node "
+            "17-33"
+        ),
+    )
 
     def __init__(self, args: object, handle: Handle) -> None:
         self.handle = handle

@@ -37,7 +37,7 @@ from gpusched.kernels.fgd import (
 from gpusched.model.node import FULL_CARD_MILLI
 from gpusched.model.pod import PodInfo
 from gpusched.model.share import share_on_card
-from gpusched.plugins.helper.gpu_state import CARD_HINT, GPU_REQUEST
+from gpusched.plugins.helper.gpu_state import CARD_HINT, CARD_HINT_BY, GPU_REQUEST
 from gpusched.plugins.helper.row_cache import RowCache
 
 fgd_refresh = pick(fgd_refresh_nb, fgd_refresh_np)
@@ -331,6 +331,7 @@ def score_placements(
         hint = np.full(snap.capacity, -1, np.int16)
         hint[rows] = card
         state.write(CARD_HINT, hint)
+        state.write(CARD_HINT_BY, "FGD's pick: the card where the node's fragmentation drops most")
     return out, card
 
 

@@ -63,6 +63,9 @@ GPU_SUMMARY: StateKey[GpuSummary] = StateKey("GPUFit/summary")
 # already knows the best card on every node; it leaves it here (int16 by row, -1 = none)
 # and Reserve takes it for a shared pod when it still fits, instead of best fit.
 CARD_HINT: StateKey[NDArray[np.int16]] = StateKey("GPUFit/card-hint")
+# Who wrote CARD_HINT and by which rule, in a few words for the decision record ("the
+# GPUFragmentation pick: ..."): GPUFit's Reserve quotes it for the card it takes from it.
+CARD_HINT_BY: StateKey[str] = StateKey("GPUFit/card-hint-by")
 
 
 def gpu_request(snap: NodeColumns, pod: PodInfo) -> GpuRequest | None:

@@ -50,6 +50,7 @@ from gpusched.framework.interfaces import (
     PreFilterResult,
     Rows,
     Scores,
+    ScoreUnit,
 )
 from gpusched.framework.status import SUCCESS, Code, Status
 from gpusched.kernels import (
@@ -135,6 +136,13 @@ _SCORE: StateKey[I64] = StateKey("InterPodAffinity/score")
 
 class InterPodAffinity:
     name: ClassVar[str] = "InterPodAffinity"
+    score_unit: ClassVar[ScoreUnit] = ScoreUnit(
+        "term weight (sum)",
+        (
+            "sum of the weights of the preferred (anti-)affinity terms matched by pods in the "
+            "node's domains (anti-affinity negative); min-max normalised"
+        ),
+    )
     Args: ClassVar[type[InterPodAffinityArgs]] = InterPodAffinityArgs
 
     def __init__(self, args: InterPodAffinityArgs | None, handle: Handle) -> None:

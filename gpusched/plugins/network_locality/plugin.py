@@ -23,7 +23,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from gpusched.framework.cycle_state import CycleState, StateKey
-from gpusched.framework.interfaces import Handle, Rows, Scores
+from gpusched.framework.interfaces import Handle, Rows, Scores, ScoreUnit
 from gpusched.framework.status import Code, Status
 from gpusched.model.pod import PodInfo
 
@@ -63,6 +63,13 @@ def _at(shares: NDArray[np.float64], ids: NDArray[np.int32]) -> NDArray[np.float
 
 class NetworkLocality:
     name: ClassVar[str] = "NetworkLocality"
+    score_unit: ClassVar[ScoreUnit] = ScoreUnit(
+        "points (0-100)",
+        (
+            "share of the job's placed nodes in this node's NVLink clique (100), rack (75-100) or"
+            " spine (50)"
+        ),
+    )
 
     def __init__(self, args: object, handle: Handle) -> None:
         self.handle = handle

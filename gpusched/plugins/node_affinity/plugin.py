@@ -25,7 +25,15 @@ import numpy as np
 from numpy.typing import NDArray
 
 from gpusched.framework.cycle_state import CycleState, StateKey
-from gpusched.framework.interfaces import FilterResult, Handle, Mask, PreFilterResult, Rows, Scores
+from gpusched.framework.interfaces import (
+    FilterResult,
+    Handle,
+    Mask,
+    PreFilterResult,
+    Rows,
+    Scores,
+    ScoreUnit,
+)
 from gpusched.framework.status import Code, Status
 from gpusched.model.pod import PodInfo
 from gpusched.plugins.helper.args import checked_args
@@ -117,6 +125,13 @@ _NOTHING = _Entry(None, None)
 
 class NodeAffinity:
     name: ClassVar[str] = "NodeAffinity"
+    score_unit: ClassVar[ScoreUnit] = ScoreUnit(
+        "term weight (sum)",
+        (
+            "sum of the weights of the pod's preferred node-affinity terms the node matches; "
+            "normalised to 0-100 by the highest"
+        ),
+    )
     Args: ClassVar[type[NodeAffinityArgs]] = NodeAffinityArgs
 
     def __init__(self, args: NodeAffinityArgs | None, handle: Handle) -> None:

@@ -17,7 +17,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from gpusched.framework.cycle_state import CycleState, StateKey
-from gpusched.framework.interfaces import Handle, Rows, Scores
+from gpusched.framework.interfaces import Handle, Rows, Scores, ScoreUnit
 from gpusched.framework.status import Code, Status
 from gpusched.kernels import (
     balanced_cpu_mem_nb,
@@ -51,6 +51,13 @@ def balanced_scores(alloc: I64, requested: I64) -> Scores:
 
 class NodeResourcesBalancedAllocation:
     name: ClassVar[str] = "NodeResourcesBalancedAllocation"
+    score_unit: ClassVar[ScoreUnit] = ScoreUnit(
+        "points (int, 0-100)",
+        (
+            "100 x (1 - std of the requested fractions of the node's resources after the pod): "
+            "evenly used highest"
+        ),
+    )
     Args: ClassVar[type[NodeResourcesBalancedAllocationArgs]] = NodeResourcesBalancedAllocationArgs
 
     def __init__(self, args: NodeResourcesBalancedAllocationArgs | None, handle: Handle) -> None:

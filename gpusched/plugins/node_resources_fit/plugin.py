@@ -23,6 +23,7 @@ from gpusched.framework.interfaces import (
     PreFilterResult,
     Rows,
     Scores,
+    ScoreUnit,
 )
 from gpusched.framework.snapshot import NodeColumns
 from gpusched.framework.status import Status
@@ -113,6 +114,11 @@ def _go_div(a: I64, b: I64) -> I64:
 
 class NodeResourcesFit:
     name: ClassVar[str] = "NodeResourcesFit"
+    # The default strategy's; __init__ words the others (an instance attribute).
+    score_unit: ScoreUnit = ScoreUnit(
+        "percent (int, 0-100)",
+        "weighted mean over resources of the share left free after the pod (LeastAllocated)",
+    )
     Args: ClassVar[type[NodeResourcesFitArgs]] = NodeResourcesFitArgs
 
     def __init__(self, args: NodeResourcesFitArgs | None, handle: Handle) -> None:
@@ -120,6 +126,17 @@ class NodeResourcesFit:
         self.handle = handle
         s = self.args.scoring_strategy
         self.strategy = s.type
+        if self.strategy == MOST_ALLOCATED:
+            self.score_unit = ScoreUnit(
+                "percent (int, 0-100)",
+                "weighted mean over resources of the share requested once the pod is placed",
+            )
+        elif self.strategy != LEAST_ALLOCATED:
+            self.score_unit = ScoreUnit(
+                "points (int, 0-100)",
+                "weighted mean over resources of the requestedToCapacityRatio shape at the"
+                " resource's utilization once the pod is placed",
+            )
         self.resources = tuple((r.name, int(r.weight)) for r in s.resources)
         shape = s.requested_to_capacity_ratio.shape if s.requested_to_capacity_ratio else ()
         # Shape scores are 0..10 in the API; kube-scheduler scales them to 0..100.

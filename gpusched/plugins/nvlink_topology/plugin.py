@@ -17,12 +17,13 @@ import numpy as np
 from numpy.typing import NDArray
 
 from gpusched.framework.cycle_state import CycleState
-from gpusched.framework.interfaces import Handle, Rows, Scores
+from gpusched.framework.interfaces import Handle, Rows, Scores, ScoreUnit
 from gpusched.framework.snapshot import NodeColumns
 from gpusched.framework.status import Code, Status
 from gpusched.kernels import nvlink_score_nb, nvlink_score_np
 from gpusched.kernels.dispatch import pick
 from gpusched.model.pod import PodInfo
+from gpusched.plugins.helper.no_data import mark_no_data
 from gpusched.plugins.helper.row_cache import RowCache
 
 nvlink_score = pick(nvlink_score_nb, nvlink_score_np)
@@ -30,6 +31,14 @@ nvlink_score = pick(nvlink_score_nb, nvlink_score_np)
 
 class NVLinkTopology:
     name: ClassVar[str] = "NVLinkTopology"
+    score_unit: ClassVar[ScoreUnit] = ScoreUnit(
+        "points (0-100)",
+        (
+            "how the cards sit in NVLink islands: 70-100 inside one island without breaking an "
+            "intact one, 30-60 breaking an intact island, 20 spanning (0 for nvlink: preferred); "
+            "50 layout unknown"
+        ),
+    )
 
     def __init__(self, args: object, handle: Handle) -> None:
         self.handle = handle
@@ -97,4 +106,7 @@ class NVLinkTopology:
             full[which] = some(which)
 
         scores: Scores = self._scores.get(snap, shape, every, changed)[rows]
+        # A node whose islands nobody published scores UNKNOWN (50): no data, not a fit.
+        known = self.known_rows(snap)
+        mark_no_data(state, self.name, lambda r, _: not (0 <= r < len(known) and bool(known[r])))
         return scores

@@ -34,6 +34,7 @@ from gpusched.framework.interfaces import (
     PreFilterResult,
     Rows,
     Scores,
+    ScoreUnit,
 )
 from gpusched.framework.snapshot import NodeColumns
 from gpusched.framework.status import Status, skip, unresolvable
@@ -150,6 +151,13 @@ def _self_match(c: Constraint, pod: PodInfo) -> bool:
 
 class PodTopologySpread:
     name: ClassVar[str] = "PodTopologySpread"
+    score_unit: ClassVar[ScoreUnit] = ScoreUnit(
+        "matching pods (weighted count)",
+        (
+            "pods matching the soft spread constraints in the node's domains, weighted per "
+            "constraint; lower is better (normalisation reverses it)"
+        ),
+    )
     Args: ClassVar[type[PodTopologySpreadArgs]] = PodTopologySpreadArgs
 
     def __init__(self, args: PodTopologySpreadArgs | None, handle: Handle) -> None:

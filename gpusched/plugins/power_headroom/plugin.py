@@ -15,6 +15,7 @@ flow), so each needs its own neutral; an operator tunes or disables one without 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import ClassVar
 
@@ -22,8 +23,9 @@ import numpy as np
 from numpy.typing import NDArray
 
 from gpusched.framework.cycle_state import CycleState
-from gpusched.framework.interfaces import NODE_NOTES, Handle, Rows, Scores
+from gpusched.framework.interfaces import NODE_NOTES, Handle, Rows, Scores, ScoreUnit
 from gpusched.model.pod import PodInfo
+from gpusched.plugins.helper.no_data import mark_no_data
 from gpusched.plugins.power_headroom.args import PowerHeadroomArgs
 
 UNKNOWN_SCORE = 50.0
@@ -31,6 +33,13 @@ UNKNOWN_SCORE = 50.0
 
 class PowerHeadroom:
     name: ClassVar[str] = "PowerHeadroom"
+    score_unit: ClassVar[ScoreUnit] = ScoreUnit(
+        "points (0-100)",
+        (
+            "100 x (power limit - draw) / limit of the node's cards over ampleHeadroomFraction, "
+            "capped; 50 without power readings"
+        ),
+    )
     Args: ClassVar[type[PowerHeadroomArgs]] = PowerHeadroomArgs
 
     def __init__(self, args: PowerHeadroomArgs | None, handle: Handle) -> None:
@@ -53,6 +62,8 @@ class PowerHeadroom:
         snap = self.handle.snapshot
         out = np.full(len(rows), UNKNOWN_SCORE)
         self._note(state)
+        # UNKNOWN_SCORE stands in where no card has both readings (the note's own test).
+        mark_no_data(state, self.name, self._unknown)
         if snap.telemetry_version == 0:
             # No ingestion pass ever wrote a reading (node_sampled_at is all NaN): a
             # cluster without telemetry, or the simulator without heat, reads no column.
@@ -66,6 +77,15 @@ class PowerHeadroom:
         ample = self.args.ample_headroom_fraction
         out[fresh[known]] = np.clip(frac[known] * (100.0 / ample), 0.0, 100.0)
         return out
+
+    def _unknown(self, row: int, index: int) -> bool:
+        """Whether `score` gave the row UNKNOWN_SCORE for want of readings (its three
+        cases); one row's few cards in plain Python, for the decision record."""
+        snap = self.handle.snapshot
+        if snap.telemetry_version == 0 or math.isnan(float(snap.node_sampled_at[row])):
+            return True
+        pairs = zip(snap.card_power_limit[row].tolist(), snap.card_power[row].tolist(), strict=True)
+        return not any(lim > 0 and not math.isnan(d) for lim, d in pairs)
 
     def _note(self, state: CycleState) -> None:
         """The chosen node's draw, limit and headroom for the decision record."""

@@ -12,10 +12,10 @@ from typing import ClassVar
 import numpy as np
 
 from gpusched.framework.cycle_state import CycleState, StateKey
-from gpusched.framework.interfaces import Handle, Rows, Scores
+from gpusched.framework.interfaces import Handle, Rows, Scores, ScoreUnit
 from gpusched.framework.status import Status
 from gpusched.model.pod import PodInfo
-from gpusched.plugins.helper.gpu_state import CARD_HINT
+from gpusched.plugins.helper.gpu_state import CARD_HINT, CARD_HINT_BY
 from gpusched.plugins.random_score.args import RandomScoreArgs
 
 _PICK: StateKey[int] = StateKey("RandomScore/pick")
@@ -23,6 +23,10 @@ _PICK: StateKey[int] = StateKey("RandomScore/pick")
 
 class RandomScore:
     name: ClassVar[str] = "RandomScore"
+    score_unit: ClassVar[ScoreUnit] = ScoreUnit(
+        "points (0 or 100)",
+        "100 on the one node drawn at random, 0 elsewhere",
+    )
     Args: ClassVar[type[RandomScoreArgs]] = RandomScoreArgs
 
     def __init__(self, args: RandomScoreArgs | None, handle: Handle) -> None:
@@ -42,6 +46,7 @@ class RandomScore:
                 hint = np.full(snap.capacity, -1, np.int16)
                 hint[row] = int(fits[self.rng.integers(len(fits))])
                 state.write(CARD_HINT, hint)
+                state.write(CARD_HINT_BY, "RandomScore's pick: a random card that fits")
         return Status()
 
     def score(self, state: CycleState, pod: PodInfo, rows: Rows) -> Scores:

@@ -19,7 +19,7 @@ from typing import ClassVar
 import numpy as np
 
 from gpusched.framework.cycle_state import CycleState, StateKey
-from gpusched.framework.interfaces import FilterResult, Handle, Mask, Rows, Scores
+from gpusched.framework.interfaces import FilterResult, Handle, Mask, Rows, Scores, ScoreUnit
 from gpusched.framework.snapshot import NodeColumns
 from gpusched.framework.status import Status
 from gpusched.model.pod import PodInfo
@@ -106,6 +106,13 @@ _PREFER_TOLERATIONS: StateKey[tuple[Toleration, ...]] = StateKey("TaintToleratio
 
 class TaintToleration:
     name: ClassVar[str] = "TaintToleration"
+    score_unit: ClassVar[ScoreUnit] = ScoreUnit(
+        "taints (count)",
+        (
+            "PreferNoSchedule taints of the node the pod does not tolerate; fewer is better "
+            "(normalisation reverses it)"
+        ),
+    )
 
     def __init__(self, args: object, handle: Handle) -> None:
         self.handle = handle

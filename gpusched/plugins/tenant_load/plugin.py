@@ -27,7 +27,7 @@ from typing import ClassVar
 import numpy as np
 
 from gpusched.framework.cycle_state import CycleState
-from gpusched.framework.interfaces import MAX_NODE_SCORE, Handle, Rows, Scores
+from gpusched.framework.interfaces import MAX_NODE_SCORE, Handle, Rows, Scores, ScoreUnit
 from gpusched.model.node import FULL_CARD_MILLI
 from gpusched.model.pod import PodInfo
 from gpusched.model.quota import ZERO
@@ -37,6 +37,13 @@ from gpusched.plugins.tenant_load.args import TenantLoadArgs
 
 class TenantLoad:
     name: ClassVar[str] = "TenantLoad"
+    score_unit: ClassVar[ScoreUnit] = ScoreUnit(
+        "points (0-100)",
+        (
+            "100 x (1 - the tenant's GPU share of the node beyond its cluster-wide proportion): "
+            "100 when not over"
+        ),
+    )
     Args: ClassVar[type[TenantLoadArgs]] = TenantLoadArgs
 
     def __init__(self, args: TenantLoadArgs | None, handle: Handle) -> None:

@@ -20,6 +20,7 @@ still latched.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import ClassVar
 
@@ -34,6 +35,7 @@ from gpusched.framework.interfaces import (
     Mask,
     Rows,
     Scores,
+    ScoreUnit,
 )
 from gpusched.kernels import (
     thermal_filter_nb,
@@ -44,6 +46,7 @@ from gpusched.kernels import (
 from gpusched.kernels.dispatch import pick
 from gpusched.kernels.thermal_score import UNKNOWN_SCORE
 from gpusched.model.pod import PodInfo
+from gpusched.plugins.helper.no_data import always, mark_no_data
 from gpusched.plugins.thermal.args import ThermalArgs
 
 thermal_filter = pick(thermal_filter_nb, thermal_filter_np)
@@ -56,6 +59,11 @@ COOLING = 1
 
 class Thermal:
     name: ClassVar[str] = "Thermal"
+    score_unit: ClassVar[ScoreUnit] = ScoreUnit(
+        "points (0-100)",
+        "temperature headroom: 100 at or below coolCelsius, falling linearly to 0 at"
+        " redLineCelsius, for the hottest card's temperature projected with the pod",
+    )
     Args: ClassVar[type[ThermalArgs]] = ThermalArgs
 
     def __init__(self, args: ThermalArgs | None, handle: Handle) -> None:
@@ -230,14 +238,18 @@ class Thermal:
         snap = self.handle.snapshot
         latched = self.latched
 
-        def note(row: int) -> Mapping[str, object]:
-            t = float(snap.node_temp[row]) if 0 <= row < len(snap.node_temp) else float("nan")
+        def projected_at(row: int) -> float:
             p = float("nan")
             if projected is not None and rows is None and row < len(projected):
                 p = float(projected[row])
             elif projected is not None and rows is not None:
                 hit = np.flatnonzero(rows == row)
                 p = float(projected[hit[0]]) if len(hit) else p
+            return p
+
+        def note(row: int) -> Mapping[str, object]:
+            t = float(snap.node_temp[row]) if 0 <= row < len(snap.node_temp) else float("nan")
+            p = projected_at(row)
             fresh = not np.isnan(t)
             return {
                 "telemetry": "fresh" if fresh else "none",
@@ -247,3 +259,12 @@ class Thermal:
             }
 
         notes[self.name] = note
+
+        # No temperature the attempt could project from: the score there is UNKNOWN_SCORE.
+        def no_data(row: int, index: int) -> bool:
+            assert projected is not None
+            if rows is not None and 0 <= index < len(projected):
+                return bool(np.isnan(projected[index]))  # projected is per scored row
+            return math.isnan(projected_at(row))
+
+        mark_no_data(state, self.name, always if projected is None else no_data)
