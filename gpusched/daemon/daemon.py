@@ -496,6 +496,9 @@ class Daemon:
                 pods=len(self.cache.pods),
                 queued=len(self.queue),
                 profiles=list(self.frameworks),
+                # What each Score plugin's raw score in the decision records means (the
+                # records carry only the unit).
+                score_units={n: fw.score_units for n, fw in self.frameworks.items()},
             )
             self.ready.set()
             background.append(asyncio.create_task(self._timers(), name="timers"))

@@ -4,8 +4,8 @@
   rule and its input ("chosen among 3 tied nodes by seeded node order");
 * `cards_reason`: why those cards, in the words of the plugin that chose them (GPUFit's
   Reserve, gpusched/plugins/gpu_fit/why.py);
-* `score_units`: what each Score plugin's raw score measures (its `score_unit`, declared
-  on the plugin class);
+* `score_units`: the unit of each Score plugin's raw score (its `score_unit`, declared on
+  the plugin class; the daemon's `started` line gives each unit's meaning once);
 * `chosen_scores`: each plugin's raw score on the chosen node, best contribution first, or
   "no data" where the plugin said its number there is a neutral stand-in (NO_DATA).
 
@@ -62,8 +62,8 @@ def cards_reason(decision: Decision) -> str | None:
         return f"(no reason: wording it raised {exc!r})"
 
 
-def score_units(decision: Decision) -> dict[str, dict[str, str]]:
-    """The unit and meaning of the raw score of each plugin that scored this pod."""
+def score_units(decision: Decision) -> dict[str, str]:
+    """The unit of the raw score of each plugin that scored this pod."""
     fw = decision.framework
     if fw is None or decision.scores is None:
         return {}

@@ -131,7 +131,7 @@ async def test_200_mixed_pods_on_50_gpu_nodes(
         assert f"score {total:.1f}: {best} {value:.1f}" in message, (message, rec)
         # KWOK nodes report no temperature: said, not shown as Thermal's neutral 50.
         assert rec["chosen_scores"]["Thermal"] == "no data" and "Thermal no data" in message
-        assert rec["score_units"]["GPUFragmentation"]["unit"] == "points (0-100)"
+        assert rec["score_units"]["GPUFragmentation"] == "points (0-100)"
         assert rec["tie"]["tied"] >= 1 and rec["tie"]["text"]
         if rec["cards"]:
             assert f"cards {','.join(map(str, rec['cards']))}" in message

@@ -263,12 +263,13 @@ class Framework:
             )
         self.post_bind: list[PostBindPlugin] = at(Point.POST_BIND)
         self.max_total_score = sum(w for _, w in self.score) * MAX_NODE_SCORE
-        # Each Score plugin's unit and meaning (ScoreUnit) as the record writes them, built
-        # once: the record takes the entries of the plugins that scored.
+        # Each Score plugin's unit and meaning (ScoreUnit), built once. The decision record
+        # carries the units of the plugins that scored; the meanings (a paragraph each) go
+        # into the daemon's `started` line once, not into every record.
         self.score_units: dict[str, dict[str, str]] = {
             p.name: _unit_entry(p) for p, _ in self.score
         }
-        self._units_of: dict[tuple[str, ...], dict[str, dict[str, str]]] = {}
+        self._units_of: dict[tuple[str, ...], dict[str, str]] = {}
 
     # -- helpers ---------------------------------------------------------------------------
 
@@ -452,14 +453,14 @@ class Framework:
         ties = scores.rows[scores.total >= best - 1e-9 * max(1.0, abs(best))]
         return self.tie_break(ties), len(ties)
 
-    def score_units_of(self, names: Collection[str]) -> dict[str, dict[str, str]]:
-        """score_units for these plugins (those that scored a pod), built once per set of
-        names: the record asks on every attempt. Shared: read it, never change it."""
+    def score_units_of(self, names: Collection[str]) -> dict[str, str]:
+        """{plugin: unit} for these plugins (those that scored a pod), built once per set
+        of names: the record asks on every attempt. Shared: read it, never change it."""
         key = tuple(names)
         got = self._units_of.get(key)
         if got is None:
             got = self._units_of[key] = {
-                n: self.score_units[n] for n in key if n in self.score_units
+                n: self.score_units[n]["unit"] for n in key if n in self.score_units
             }
         return got
 

@@ -149,8 +149,9 @@ def test_the_record_gives_units_raw_scores_and_no_data() -> None:
     units = rec["score_units"]
     assert isinstance(units, dict)
     assert set(units) == set(scored)
-    assert units["Thermal"]["unit"] == "points (0-100)"
-    assert "not a GPU count" in units["GPUFragmentation"]["meaning"]
+    assert units["Thermal"] == "points (0-100)"
+    meanings = s.fw.score_units  # what the daemon's `started` line logs
+    assert "not a GPU count" in meanings["GPUFragmentation"]["meaning"]
     orjson.dumps(rec, option=orjson.OPT_SERIALIZE_NUMPY)  # the log line serialises
 
 
