@@ -267,7 +267,7 @@ def _cmd_variants_write(args: argparse.Namespace) -> int:
 def _cmd_simulate_demo(args: argparse.Namespace) -> int:
     from gpusched.config import builtin_profile
     from gpusched.plugins import default_registry
-    from gpusched.sim.demo import DemoResult, run_profile
+    from gpusched.sim.demo import LEGEND, DemoResult, run_profile, verdict
     from gpusched.sim.generator import generate_fleet, generate_gang_workload, generate_workload
 
     # Wide enough that the table never wraps its labels, also when piped.
@@ -280,6 +280,12 @@ def _cmd_simulate_demo(args: argparse.Namespace) -> int:
         f"fleet: {len(fleet.nodes)} nodes, {fleet.gpu_milli_capacity // 1000} GPUs"
         f" in {args.racks} racks;"
         f" workload: {len(pods)} pods, GPU demand {args.load:.0%} of capacity (seed {args.seed})"
+    )
+    # The first run in a checkout compiles the numba kernels (about 20 s on 2 cores, cached
+    # in __pycache__ afterwards) before the first pod moves the bar: say so.
+    console.print(
+        "compiling the scheduling kernels on first use (about 20 s the first time in a"
+        " checkout, cached afterwards)..."
     )
     results: list[DemoResult] = []
     with Progress(
@@ -310,6 +316,11 @@ def _cmd_simulate_demo(args: argparse.Namespace) -> int:
             )
             progress.update(task, completed=len(pods))
     console.print(_table(results))
+    for line in verdict(results):
+        console.print(f"Verdict: {line}.")
+    console.print("Legend:")
+    for line in LEGEND:
+        console.print(f"  {line}")
     return 0 if all(r.errors == 0 for r in results) else 1
 
 
@@ -336,7 +347,7 @@ def _table(results: Sequence[object]) -> Table:
         lambda r: f"{r.whole_node_success_pct:.1f}% ({r.whole_node_jobs_ok}/{r.whole_node_jobs})",
     )
     row("multi-pod jobs: pods in top rack (mean)", lambda r: f"{r.same_rack_pct:.1f}%")
-    row("hottest card at the end (true)", lambda r: f"{r.hottest_used_c:.1f} °C")
+    row("hottest card at the end (simulated heat)", lambda r: f"{r.hottest_used_c:.1f} °C")
     row("node-hours above the 82 °C red line", lambda r: f"{r.red_line_node_h:.2f}")
     row("throttled GPU-hours", lambda r: f"{r.throttled_gpu_h:.2f}")
     row("scheduling time per pod", lambda r: f"{r.us_per_pod:.0f} µs")

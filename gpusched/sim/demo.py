@@ -140,3 +140,67 @@ def run_profile(
         us_per_pod=elapsed / max(1, len(pods)) * 1e6,
         errors=errors,
     )
+
+
+# The judged rows of `gpusched simulate`'s table: (label, value, True when higher is better).
+# Temperatures, and the time per pod, are shown but not judged: the hottest card is one
+# number of a simulated heat model, and the per-pod time is what the better placement costs.
+JUDGED: tuple[tuple[str, Callable[[DemoResult], float], bool], ...] = (
+    ("GPU allocation", lambda r: round(r.gpu_allocation_pct, 1), True),
+    ("whole-card pods placed", lambda r: -r.unplaced.get("whole", 0), True),
+    ("shared pods placed", lambda r: -r.unplaced.get("shared", 0), True),
+    ("CPU-only pods placed", lambda r: -r.unplaced.get("cpu", 0), True),
+    ("8-card jobs", lambda r: r.whole_node_jobs_ok, True),
+    ("rack locality", lambda r: round(r.same_rack_pct, 1), True),
+    ("red-line node-hours", lambda r: round(r.red_line_node_h, 2), False),
+    ("throttled GPU-hours", lambda r: round(r.throttled_gpu_h, 2), False),
+)
+
+LEGEND = (
+    "GPU allocation: GPU capacity held by placed pods at the end (higher: more of the fleet used).",
+    "pods left unplaced: pods no node was found for, by kind (fewer is better).",
+    "8-card whole-node job success: 8-card pods placed, of those submitted (they need a node"
+    " with all 8 cards free: what fragmentation costs).",
+    "multi-pod jobs: pods in top rack: a job's pods in its most common rack (higher: less"
+    " cross-rack traffic).",
+    "hottest card, red-line node-hours, throttled GPU-hours: from the simulator's heat model,"
+    " which the scheduler does not know; it sees only sampled, delayed readings of it, as a"
+    " live scheduler sees DCGM's (fewer hours is better).",
+    "scheduling time per pod: the loop's time per pod in this process (not judged).",
+)
+
+
+def verdict(results: Sequence[DemoResult], ours: str = "ai-scheduler") -> list[str]:
+    """One line per other profile: where `ours` is better, worse or equal on the JUDGED
+    rows. Computed from the numbers, so it says "worse" when it is."""
+    mine = next((r for r in results if r.profile == ours), None)
+    if mine is None:
+        return []
+    lines = []
+    for other in results:
+        if other is mine:
+            continue
+        better, worse, equal = [], [], []
+        for label, value, higher in JUDGED:
+            a, b = value(mine), value(other)
+            if a == b:
+                equal.append(label)
+            elif (a > b) == higher:
+                better.append(label)
+            else:
+                worse.append(label)
+        head = (
+            "ahead"
+            if better and not worse
+            else "behind"
+            if worse and not better
+            else "mixed"
+            if better
+            else "no difference"
+        )
+        lines.append(
+            f"{ours} vs {other.profile}: {head}: better on {len(better)} of {len(JUDGED)}"
+            f" ({', '.join(better) or '-'}), worse on {len(worse)} ({', '.join(worse) or '-'}),"
+            f" equal on {len(equal)}"
+        )
+    return lines

@@ -17,14 +17,18 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 
 from gpusched.devcluster import (
+    BinaryNotFoundError,
     ClusterOptions,
     LocalCluster,
     NodeSpec,
+    StartError,
     generated_fleet,
     install_crds,
     load_nodes,
     wait_nodes_ready,
 )
+from gpusched.devcluster.fake_dcgm import FakeDcgmExporter
+from gpusched.devcluster.prometheus import PrometheusServer
 from gpusched.kube import ApiError, Kube, create_namespace, delete_namespace
 from tests.integration.daemon_support import started_cluster
 
@@ -92,3 +96,29 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.section("local control plane")
         for name, seconds in _timings.items():
             terminalreporter.write_line(f"{name:32} {seconds:6.2f} s")
+
+
+@pytest.fixture(scope="module")
+def prometheus(cluster: LocalCluster) -> Iterator[PrometheusServer]:
+    """A real Prometheus (Debian's, `make prometheus`) for the telemetry tests; it fails,
+    never skips, without its binary."""
+    try:
+        server = cluster.start_prometheus()
+    except (BinaryNotFoundError, StartError) as exc:
+        pytest.fail(f"prometheus unavailable: {exc}", pytrace=False)
+    try:
+        yield server
+    finally:
+        cluster.stop_prometheus(server)
+
+
+@pytest.fixture
+async def exporter(prometheus: PrometheusServer) -> AsyncIterator[FakeDcgmExporter]:
+    """A fake dcgm-exporter that `prometheus` scrapes."""
+    fake = await FakeDcgmExporter().start()
+    prometheus.set_targets([fake.target])
+    try:
+        yield fake
+    finally:
+        prometheus.set_targets([])
+        await fake.stop()

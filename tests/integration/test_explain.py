@@ -47,11 +47,9 @@ from tests.integration.daemon_support import (
     until_bound,
 )
 from tests.integration.test_quotas import elastic_quota, quotas_of
-from tests.integration.test_telemetry import (  # noqa: F401 - fixtures
+from tests.integration.test_telemetry import (
     daemon_sees,
-    exporter,
     node_temp,
-    prometheus,
     prometheus_has,
     telemetry_settings,
 )
@@ -293,8 +291,8 @@ async def test_thermal_restart_with_the_red_line_said_and_the_pod_binds(
     cluster: LocalCluster,
     kube: Kube,
     namespace: str,
-    prometheus: PrometheusServer,  # noqa: F811 - the fixture
-    exporter: FakeDcgmExporter,  # noqa: F811 - the fixture
+    prometheus: PrometheusServer,
+    exporter: FakeDcgmExporter,
 ) -> None:
     pool = pool_name()
     (spec,) = pool_specs(pool, 1, shapes=ONE_A100)

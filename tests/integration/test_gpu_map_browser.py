@@ -16,7 +16,6 @@ import os
 import shutil
 import socket
 import time
-from collections.abc import AsyncIterator, Iterator
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
@@ -29,7 +28,7 @@ import yaml
 from PIL import Image  # matplotlib's dependency: the `plot` extra `make test` installs
 
 from gpusched.config import API_VERSION, KIND
-from gpusched.devcluster import BinaryNotFoundError, LocalCluster, StartError
+from gpusched.devcluster import LocalCluster
 from gpusched.devcluster.demo import demo_pod
 from gpusched.devcluster.fake_dcgm import FakeDcgmExporter
 from gpusched.devcluster.nodes import gpu_inventory
@@ -62,29 +61,6 @@ SHARED_RGB = (0xF0, 0x8C, 0x00)
 FREE_RGB = (0xE6, 0xF4, 0xEA)
 HOT_RGB = (0xD6, 0x28, 0x28)  # the top edge (and outline) of a card at the red line
 MAP_TIMEOUT = 60.0
-
-
-@pytest.fixture
-def prometheus(cluster: LocalCluster) -> Iterator[PrometheusServer]:
-    try:
-        server = cluster.start_prometheus()
-    except (BinaryNotFoundError, StartError) as exc:
-        pytest.fail(f"prometheus unavailable: {exc}", pytrace=False)
-    try:
-        yield server
-    finally:
-        cluster.stop_prometheus(server)
-
-
-@pytest.fixture
-async def exporter(prometheus: PrometheusServer) -> AsyncIterator[FakeDcgmExporter]:
-    fake = await FakeDcgmExporter().start()
-    prometheus.set_targets([fake.target])
-    try:
-        yield fake
-    finally:
-        prometheus.set_targets([])
-        await fake.stop()
 
 
 def _free_port() -> int:

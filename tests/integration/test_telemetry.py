@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import io
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import aiohttp
@@ -24,7 +24,7 @@ import orjson
 import pytest
 
 from gpusched.daemon import Daemon
-from gpusched.devcluster import BinaryNotFoundError, LocalCluster, StartError
+from gpusched.devcluster import LocalCluster
 from gpusched.devcluster.demo import demo_pod
 from gpusched.devcluster.fake_dcgm import FakeDcgmExporter
 from gpusched.devcluster.nodes import gpu_inventory
@@ -49,29 +49,6 @@ pytestmark = pytest.mark.integration
 ONE_A100 = ((8, "A100M80", 96_000, 1_048_576, 8),)
 RED_LINE = 82.0
 WAIT = 60.0  # seconds any one wait may take on a loaded 2-core machine
-
-
-@pytest.fixture(scope="module")
-def prometheus(cluster: LocalCluster) -> Iterator[PrometheusServer]:
-    try:
-        server = cluster.start_prometheus()
-    except (BinaryNotFoundError, StartError) as exc:
-        pytest.fail(f"prometheus unavailable: {exc}", pytrace=False)
-    try:
-        yield server
-    finally:
-        cluster.stop_prometheus(server)
-
-
-@pytest.fixture
-async def exporter(prometheus: PrometheusServer) -> AsyncIterator[FakeDcgmExporter]:
-    fake = await FakeDcgmExporter().start()
-    prometheus.set_targets([fake.target])
-    try:
-        yield fake
-    finally:
-        prometheus.set_targets([])
-        await fake.stop()
 
 
 def telemetry_settings(url: str, **thermal: float) -> dict[str, Any]:

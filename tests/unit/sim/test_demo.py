@@ -11,7 +11,7 @@ from gpusched.cli import main
 from gpusched.config import builtin_profile
 from gpusched.model.pod import GpuKind
 from gpusched.plugins import default_registry
-from gpusched.sim.demo import run_profile
+from gpusched.sim.demo import DemoResult, run_profile, verdict
 from gpusched.sim.generator import generate_fleet, generate_workload
 
 
@@ -68,6 +68,11 @@ def test_simulate_command_prints_the_table(capsys: pytest.CaptureFixture[str]) -
         "least-allocated",
         "most-allocated",
         "whole-card pods left unplaced",
+        "compiling the scheduling kernels on first use",
+        "hottest card at the end (simulated heat)",
+        "Verdict: ai-scheduler vs least-allocated: ",
+        "Verdict: ai-scheduler vs most-allocated: ",
+        "Legend:",
     ):
         assert text in out
 
@@ -84,3 +89,42 @@ def test_check_config_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert main(["check-config", str(bad)]) == 1
     err = capsys.readouterr().err
     assert "profiles[0].pluginConfig[Thermal].args.redLineCelsius" in err and "500" in err
+
+
+def _result(profile: str, **kw: object) -> DemoResult:
+    base: dict[str, object] = {
+        "profile": profile,
+        "pods": 10,
+        "gpu_allocation_pct": 90.0,
+        "unplaced": {"whole": 2, "shared": 1, "cpu": 0},
+        "submitted": {"whole": 5, "shared": 4, "cpu": 1},
+        "whole_node_jobs": 4,
+        "whole_node_jobs_ok": 3,
+        "same_rack_pct": 80.0,
+        "hottest_used_c": 80.0,
+        "red_line_node_h": 1.0,
+        "throttled_gpu_h": 0.0,
+        "us_per_pod": 100.0,
+        "errors": 0,
+    }
+    base.update(kw)
+    return DemoResult(**base)  # type: ignore[arg-type]
+
+
+def test_the_verdict_is_computed_from_the_rows_both_ways() -> None:
+    ours = _result("ai-scheduler", gpu_allocation_pct=95.0, whole_node_jobs_ok=4)
+    ahead = _result("least-allocated", hottest_used_c=60.0, us_per_pod=1.0)
+    mixed = _result("most-allocated", gpu_allocation_pct=99.0, red_line_node_h=0.5)
+    lines = verdict([ours, ahead, mixed])
+    assert lines[0].startswith("ai-scheduler vs least-allocated: ahead: better on 2 of 8")
+    assert "(GPU allocation, 8-card jobs)" in lines[0] and "worse on 0 (-)" in lines[0]
+    # Hotter cards and a faster loop are shown but not judged.
+    assert lines[1].startswith("ai-scheduler vs most-allocated: mixed: better on 1 of 8")
+    assert "worse on 2 (GPU allocation, red-line node-hours)" in lines[1]
+    same = verdict([ours, _result("x", gpu_allocation_pct=95.0, whole_node_jobs_ok=4)])
+    assert same == [
+        "ai-scheduler vs x: no difference: better on 0 of 8 (-), worse on 0 (-), equal on 8"
+    ]
+    behind = verdict([_result("ai-scheduler"), _result("y", gpu_allocation_pct=95.0)])
+    assert behind[0].startswith("ai-scheduler vs y: behind:")
+    assert verdict([ahead]) == []  # no ai-scheduler column: nothing to judge
