@@ -402,24 +402,63 @@ def read_decisions(path: Path | str) -> list[JSON]:
 
 
 def why(record: JSON, terms: int = 2) -> str:
-    """The chosen node's largest weighted score terms, e.g. 'score 253.0 (PodTopologySpread
-    200.0, GPUFragmentation 38.0) best of 8'. Reads only the keys it needs, so a record with
-    more keys (or a plugin entry without a weight) still gives a line."""
+    """The chosen node's total and the `terms` plugins that added most to it, with their raw
+    scores as the Scheduled Event shows them (the record's `chosen_scores`, in that order);
+    a plugin marked "no data" scored a neutral stand-in, not a reason, and is left out. Then
+    how many nodes fitted, the tie if there was one, and in a few words why those cards,
+    e.g. 'score 69.4: GPUFragmentation 73.5, NVLinkTopology 100.0; best of 5, 4 tied; cards:
+    tightest NVLink island 0'. Reads only the keys it needs."""
     top = record.get("top") or []
     chosen = next(
         (t for t in top if isinstance(t, dict) and t.get("node") == record.get("node")), None
     )
     if chosen is None:
         return ""
-    contrib = []
-    for name, s in (chosen.get("scores") or {}).items():
-        if isinstance(s, dict) and isinstance(s.get("normalized"), (int, float)):
-            contrib.append((name, float(s.get("weight", 1.0)) * float(s["normalized"])))
-    contrib.sort(key=lambda kv: -kv[1])
-    head = ", ".join(f"{name} {value:.1f}" for name, value in contrib[:terms])
+    scored = record.get("chosen_scores")
+    named = [
+        f"{name} {float(v):.1f}"
+        for name, v in (scored.items() if isinstance(scored, dict) else ())
+        if isinstance(v, (int, float)) and not isinstance(v, bool)  # not "no data"
+    ][:terms]
     total = chosen.get("total")
-    score = f"score {total:.1f} " if isinstance(total, (int, float)) else ""
-    return f"{score}({head}) best of {record.get('feasible', 0)}"
+    head = f"score {total:.1f}" if isinstance(total, (int, float)) else "score"
+    parts = [f"{head}: {', '.join(named)}" if named else head]
+    fit = f"best of {record.get('feasible', 0)}"
+    tie = record.get("tie")
+    if isinstance(tie, dict) and isinstance(tie.get("tied"), int) and tie["tied"] > 1:
+        fit += f", {tie['tied']} tied"  # the rule (seeded node order): the table's caption
+    parts.append(fit)
+    cards = cards_in_brief(str(record.get("cards_reason") or ""))
+    if cards:
+        parts.append(f"cards: {cards}")
+    return "; ".join(parts)
+
+
+_CARD_REASONS = (
+    # GPUFit's wordings (gpusched/plugins/gpu_fit/why.py), each cut to its rule.
+    # Only when another island could have held the pod ("keeps island 1 ..."): on a node
+    # with one island (the demo's) there was nothing to choose.
+    (
+        re.compile(r"^NVLink island (\d+) \(cards [^)]*\): the island with the fewest.*, keeps"),
+        r"tightest NVLink island \1",
+    ),
+    (re.compile(r"^NVLink island \d+ \(cards [^)]*\): the island with the fewest"), ""),
+    (re.compile(r"so they span islands ([\d,]+)"), r"span NVLink islands \1"),
+    (re.compile(r"NVLink layout unknown"), "NVLink layout unknown"),
+    (re.compile(r"^card \d+ \(([^:)]+?)(?::[^)]*)?\): (\d+m) free left"), r"\1, \2 left"),
+    (re.compile(r"^best-fit card \d+ \([^)]*\): (\d+m) free left"), r"best fit, \1 left"),
+)
+
+
+def cards_in_brief(reason: str) -> str:
+    """GPUFit's `cards_reason` cut to its rule ("tightest NVLink island 0", "best fit, 250m
+    left", "GPUFragmentation's pick, 250m left"), "" when the node left no choice of island;
+    an unknown wording up to its first ':'."""
+    for pattern, short in _CARD_REASONS:
+        found = pattern.search(reason)
+        if found:
+            return found.expand(short)
+    return reason.split(":", 1)[0][:40]
 
 
 # -- the command ---------------------------------------------------------------------------

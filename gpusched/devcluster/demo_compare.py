@@ -170,6 +170,7 @@ class Row:
     b: float = 0.0
     better: str | None = None
     short: str = ""  # how the verdict names the row
+    outcome: str = ""  # the outcome it measures (OUTCOMES): its rows are judged together
 
     @property
     def winner(self) -> str:
@@ -182,15 +183,18 @@ class Row:
         return "gpusched" if ours_higher == (self.better == HIGHER) else "kube-scheduler"
 
 
+# The outcomes the verdict counts, in table order. The rows of one outcome are not
+# independent (a gang that does not start lowers "GPU work placed" and raises "pods
+# pending" as well), so each outcome counts once however many of its rows move.
+WORK = "work running"
+CARD_USE = "card use"
+FRAGMENTATION = "fragmentation"
+OUTCOMES = (WORK, CARD_USE, FRAGMENTATION)
+
+
 def rows(ours: Outcome, theirs: Outcome) -> list[Row]:
+    """The table's rows, grouped by outcome (OUTCOMES order)."""
     out: list[Row] = []
-    out.append(
-        Row(
-            "GPU cards held",
-            f"{ours.held_total} / {ours.total_cards}",
-            f"{theirs.held_total} / {theirs.total_cards}",
-        )
-    )
     out.append(
         Row(
             "GPU work placed (cards' worth)",
@@ -200,17 +204,7 @@ def rows(ours: Outcome, theirs: Outcome) -> list[Row]:
             theirs.used_milli,
             HIGHER,
             "GPU work placed",
-        )
-    )
-    out.append(
-        Row(
-            "held cards really used",
-            f"{ours.used_share:.0%}",
-            f"{theirs.used_share:.0%}",
-            round(ours.used_share, 4),
-            round(theirs.used_share, 4),
-            HIGHER,
-            "use of held cards",
+            WORK,
         )
     )
     for part in ours.parts:
@@ -227,13 +221,25 @@ def rows(ours: Outcome, theirs: Outcome) -> list[Row]:
                 b,
                 HIGHER,
                 f"gang {part.name}",
+                WORK,
             )
         )
     (ja, jn), (jb, _) = ours.started("Job"), theirs.started("Job")
-    out.append(Row("other Jobs fully running", f"{ja}/{jn}", f"{jb}/{jn}", ja, jb, HIGHER, "Jobs"))
+    out.append(
+        Row("other Jobs fully running", f"{ja}/{jn}", f"{jb}/{jn}", ja, jb, HIGHER, "Jobs", WORK)
+    )
     (ra, rn), (rb, _) = ours.replicas(), theirs.replicas()
     out.append(
-        Row("Deployment replicas running", f"{ra}/{rn}", f"{rb}/{rn}", ra, rb, HIGHER, "replicas")
+        Row(
+            "Deployment replicas running",
+            f"{ra}/{rn}",
+            f"{rb}/{rn}",
+            ra,
+            rb,
+            HIGHER,
+            "replicas",
+            WORK,
+        )
     )
     out.append(
         Row(
@@ -244,6 +250,27 @@ def rows(ours: Outcome, theirs: Outcome) -> list[Row]:
             theirs.pending,
             LOWER,
             "pending",
+            WORK,
+        )
+    )
+    out.append(
+        Row(
+            "GPU cards held",
+            f"{ours.held_total} / {ours.total_cards}",
+            f"{theirs.held_total} / {theirs.total_cards}",
+            outcome=CARD_USE,
+        )
+    )
+    out.append(
+        Row(
+            "held cards really used",
+            f"{ours.used_share:.0%}",
+            f"{theirs.used_share:.0%}",
+            round(ours.used_share, 4),
+            round(theirs.used_share, 4),
+            HIGHER,
+            "use of held cards",
+            CARD_USE,
         )
     )
     need = ours.gang_cards()
@@ -253,6 +280,7 @@ def rows(ours: Outcome, theirs: Outcome) -> list[Row]:
                 "free cards when the gang arrived",
                 str(ours.free_before_gang()),
                 str(theirs.free_before_gang()),
+                outcome=FRAGMENTATION,
             )
         )
         fa, fb = ours.fragmented_before_gang(), theirs.fragmented_before_gang()
@@ -264,7 +292,8 @@ def rows(ours: Outcome, theirs: Outcome) -> list[Row]:
                 fa,
                 fb,
                 LOWER,
-                "fragmentation",
+                "fragmented cards",
+                FRAGMENTATION,
             )
         )
     out.append(
@@ -276,51 +305,100 @@ def rows(ours: Outcome, theirs: Outcome) -> list[Row]:
             theirs.largest_free_block,
             HIGHER,
             "largest free block",
+            FRAGMENTATION,
         )
     )
     return out
 
 
-def verdict(table_rows: Sequence[Row]) -> str:
-    """One line from the judged rows: who is better on which, nothing claimed that the
-    numbers do not show."""
-    judged = [r for r in table_rows if r.better is not None]
-    ours = [r.short for r in judged if r.winner == "gpusched"]
-    theirs = [r.short for r in judged if r.winner == "kube-scheduler"]
-    equal = [r.short for r in judged if r.winner == "="]
+@dataclass(frozen=True)
+class Judged:
+    """One outcome judged on its rows together: `winner` is 'gpusched' or 'kube-scheduler'
+    (better on at least one row, worse on none), '=' (equal on all), 'split' (each side
+    better on some row) or '' (no judged row); `rows`: the rows that decided it."""
+
+    outcome: str
+    winner: str
+    rows: tuple[str, ...]
+
+
+def judge(table_rows: Sequence[Row]) -> list[Judged]:
+    """Each outcome with a judged row, in table order."""
+    order: list[str] = []
+    by: dict[str, list[Row]] = {}
+    for r in table_rows:
+        if r.better is None:
+            continue
+        key = r.outcome or r.short or r.metric
+        if key not in by:
+            order.append(key)
+        by.setdefault(key, []).append(r)
+    out: list[Judged] = []
+    for key in order:
+        wins = {r.winner for r in by[key]} - {"="}
+        if not wins:
+            out.append(Judged(key, "=", ()))
+        elif len(wins) == 1:
+            (side,) = wins
+            out.append(Judged(key, side, tuple(r.short for r in by[key] if r.winner == side)))
+        else:
+            split = (f"{r.short} to {r.winner}" for r in by[key] if r.winner in wins)
+            out.append(Judged(key, "split", tuple(split)))
+    return out
+
+
+def verdict(table_rows: Sequence[Row], unsettled: Sequence[str] = ()) -> str:
+    """One line: who is better on which outcomes (judge), nothing claimed that the numbers
+    do not show. With `unsettled` (waves that did not settle, named) no verdict: the
+    numbers are of pods still being placed."""
+    if unsettled:
+        return (
+            f"Verdict: not measured: {'; '.join(unsettled)} did not settle in time, so the"
+            " table shows pods still being placed and judges nothing."
+        )
+    judged = judge(table_rows)
+    n = len(judged)
+    ours = [_outcome_name(j) for j in judged if j.winner == "gpusched"]
+    theirs = [_outcome_name(j) for j in judged if j.winner == "kube-scheduler"]
+    split = [_outcome_name(j) for j in judged if j.winner == "split"]
+    equal = [j.outcome for j in judged if j.winner == "="]
     if not ours and not theirs:
-        return f"Verdict: no difference on any of the {len(judged)} judged rows."
-    if ours and not theirs:
-        head = f"gpusched ahead: better on {len(ours)} of {len(judged)} rows{_names(ours)}"
+        if not split:
+            return f"Verdict: no difference on any of the {n} outcomes."
+        head = f"neither ahead: split on {len(split)} of {n} outcomes{_names(split)}"
+        split = []
+    elif ours and not theirs:
+        head = f"gpusched ahead: better on {len(ours)} of {n} outcomes{_names(ours)}"
         head += ", worse on none"
     elif theirs and not ours:
-        head = f"kube-scheduler ahead: better on {len(theirs)} of {len(judged)} rows"
+        head = f"kube-scheduler ahead: better on {len(theirs)} of {n} outcomes"
         head += f"{_names(theirs)}, worse on none"
     else:
         head = (
-            f"mixed: gpusched better on {len(ours)} of {len(judged)} rows{_names(ours)},"
+            f"mixed: gpusched better on {len(ours)} of {n} outcomes{_names(ours)},"
             f" kube-scheduler better on {len(theirs)}{_names(theirs)}"
         )
+    if split:
+        head += f", split on {len(split)}{_names(split)}"
     if equal:
         head += f", equal on {len(equal)}{_names(equal)}"
     return f"Verdict: {head}."
 
 
+def _outcome_name(j: Judged) -> str:
+    """'work running: gang train, pending': the outcome and the rows that decided it."""
+    return f"{j.outcome}: {', '.join(j.rows)}" if j.rows else j.outcome
+
+
 def _names(names: Sequence[str]) -> str:
-    return f" ({', '.join(names)})" if names else ""
+    return f" ({'; '.join(names)})" if names else ""
 
 
 LEGEND = (
-    ("GPU cards held", "cards at least partly given to a running pod, of all cards."),
     (
         "GPU work placed",
         "what the running pods really need, in cards (a 500 milli-GPU inference replica"
         " counts 0.5): the same workload, so more means more of it runs.",
-    ),
-    (
-        "held cards really used",
-        "work placed / cards held. kube-scheduler cannot share a card, so a half-card"
-        " replica holds a whole one.",
     ),
     (
         "gang Job",
@@ -330,33 +408,78 @@ LEGEND = (
     ("other Jobs", "Jobs with all their pods running."),
     ("Deployment replicas", "replicas with a node, of those asked for."),
     ("pods pending", "pods no node was found for (Unschedulable)."),
+    ("GPU cards held", "cards at least partly given to a running pod, of all cards."),
+    (
+        "held cards really used",
+        "work placed / cards held. kube-scheduler cannot share a card, so a half-card"
+        " replica holds a whole one.",
+    ),
     (
         "free cards when the gang arrived",
         "cards no pod held once the first three waves were placed.",
     ),
     (
-        "fragmentation",
-        "of those free cards, the free cards on nodes with fewer free cards than one gang member"
-        " needs: free, but of no use to the job waiting (fewer is better). Spreading leaves"
-        " a few free cards on every node; packing leaves whole blocks.",
+        "of them fragmented",
+        "the free cards on nodes with fewer free cards than one gang member needs: free,"
+        " but of no use to the job waiting (fewer is better). Spreading leaves a few free"
+        " cards on every node; packing leaves whole blocks.",
     ),
     (
         "largest free block",
         "the most free cards on one node: the biggest pod the cluster could still start.",
     ),
+    (
+        "Verdict",
+        "counts outcomes, not rows: the rows of one outcome (grouped in the table) move"
+        " together (a gang that does not start lowers GPU work placed and raises pods"
+        " pending too), so each outcome counts once, for the side better on at least one of"
+        " its rows and worse on none ('split' when each side wins a row). Rows marked - are"
+        " shown, not judged. If a wave did not settle in time there is no verdict.",
+    ),
 )
 
 
-def render(table_rows: Sequence[Row], *, title: str) -> Table:
+def render(table_rows: Sequence[Row], *, title: str, judged: bool = True) -> Table:
+    """The rows under their outcome, a line between outcomes; without `judged` (a wave did
+    not settle) no "better" column."""
     table = Table(title=title)
+    table.add_column("outcome")
     table.add_column("metric")
     table.add_column("gpusched", justify="right")
     table.add_column("kube-scheduler", justify="right")
-    table.add_column("better")
-    for r in table_rows:
-        table.add_row(r.metric, r.ours, r.theirs, r.winner or "-")
+    if judged:
+        table.add_column("better")
+    for i, r in enumerate(table_rows):
+        first = i == 0 or table_rows[i - 1].outcome != r.outcome
+        last = i + 1 == len(table_rows) or table_rows[i + 1].outcome != r.outcome
+        cells = [r.outcome if first else "", r.metric, r.ours, r.theirs]
+        if judged:
+            cells.append(r.winner or "-")
+        table.add_row(*cells, end_section=last)
     return table
 
 
 def legend_lines() -> list[str]:
     return [f"  {name}: {text}" for name, text in LEGEND]
+
+
+def foreign_gpu_pods(pods: Iterable[JSON], nodes: Iterable[str], namespace: str) -> list[str]:
+    """Pods outside `namespace` that hold GPUs on `nodes`, or ask for GPUs and have no node
+    yet (they may get one during the demo): "namespace/name", sorted. The demo counts only
+    its own namespace's pods against the nodes' full capacity, so with any of these its
+    cluster is not the fresh one it is compared with."""
+    fleet = set(nodes)
+    out = []
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        if meta.get("namespace") == namespace or meta.get("deletionTimestamp"):
+            continue
+        if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            continue
+        node = (pod.get("spec") or {}).get("nodeName")
+        if node and node not in fleet:
+            continue
+        ann = meta.get("annotations") or {}
+        if _whole_cards(pod) or keys.GPU_IDS in ann or keys.GPU_MILLI in ann:
+            out.append(f"{meta.get('namespace', '')}/{meta.get('name', '')}")
+    return sorted(out)

@@ -2,7 +2,8 @@
 identical fresh cluster under kube-scheduler, side by side.
 
 1. the local control plane of `make cluster-up` with the demo fleet (demo_workload), kept
-   running afterwards for kubectl; reused when a cluster with that fleet is already up;
+   running afterwards for kubectl; reused when a cluster with that fleet is already up
+   and no pod outside the demo's namespace holds or asks for its GPUs;
 2. `gpusched run` in the background, its JSON log (the decision records) in
    out/demo/gpusched.log, which `make cluster-down` leaves alone;
 3. the workload's four waves (demo_workload), each awaited by watching; then pod -> node ->
@@ -10,7 +11,8 @@ identical fresh cluster under kube-scheduler, side by side.
 4. a second control plane (temp dir, stopped at the end) whose kube-scheduler runs its
    shipped default profile, the same fleet, the same waves as a user without gpusched
    writes them;
-5. the side-by-side table, a verdict and a legend (demo_compare).
+5. the side-by-side table, a verdict and a legend (demo_compare); no verdict when a wave
+   of either side did not settle in time.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from rich.console import Console
@@ -88,22 +91,36 @@ def settled_wave(want: int) -> Callable[[dict[str, JSON]], bool]:
     return done
 
 
+@dataclass
+class Waves:
+    """The pods after each wave, and the waves that did not settle in time ("wave 4/4
+    (train)"): with any, the numbers are of pods still being placed, not an outcome."""
+
+    after: list[dict[str, JSON]] = field(default_factory=list)
+    unsettled: list[str] = field(default_factory=list)
+
+    @property
+    def final(self) -> dict[str, JSON]:
+        return self.after[-1] if self.after else {}
+
+
 async def run_waves(
     kube: Kube,
     namespace: str,
     variant: str,
     *,
     timeout: float = WAVE_TIMEOUT,  # noqa: ASYNC109
-) -> list[dict[str, JSON]]:
+) -> Waves:
     """Apply the workload's waves in order, each once the previous one settled; the pods
-    after each wave. A wave still unsettled after `timeout` is reported and the demo goes
-    on."""
+    after each wave. A wave still unsettled after `timeout` is logged, recorded in
+    `unsettled`, and the next wave applied anyway (so the demo still shows where the pods
+    went)."""
     await clear_workloads(kube, namespace)
     await delete_namespace(kube, namespace)
     await create_namespace(kube, namespace)
     want = 0
     pods: dict[str, JSON] = {}
-    after: list[dict[str, JSON]] = []
+    out = Waves()
     waves = demo_workload.waves()
     for k, wave in enumerate(waves, 1):
         t0 = time.monotonic()
@@ -117,6 +134,7 @@ async def run_waves(
             pods = await wait_settled(kube, namespace, (), timeout=timeout, until=until)
         except TimeoutError as exc:
             log(f"  wave {k}/{len(waves)}: not settled after {timeout:.0f}s, going on: {exc}")
+            out.unsettled.append(f"wave {k}/{len(waves)} ({', '.join(p.name for p in wave)})")
             listing = await kube.get(f"/api/v1/namespaces/{namespace}/pods")
             pods = {p["metadata"]["name"]: p for p in listing.get("items", [])}
         finally:
@@ -128,8 +146,8 @@ async def run_waves(
             f"  wave {k}/{len(waves)}: {what}: {bound}/{len(mine)} pods placed"
             f" in {time.monotonic() - t0:.1f}s"
         )
-        after.append(pods)
-    return after
+        out.after.append(pods)
+    return out
 
 
 def _recording(
@@ -175,12 +193,23 @@ def _group(pod: JSON) -> str:
 
 def ensure_cluster(state_dir: Path, nodes_csv: Path, fleet: Sequence[NodeSpec]) -> Path:
     """The `make cluster-up` cluster with the demo fleet: reused when it is up with exactly
-    these nodes, started otherwise; SystemExit when another fleet is up."""
+    these nodes and no pod outside the demo's namespace holds or asks for GPUs (the demo
+    counts only its own pods against the nodes' cards, and compares with a fresh cluster),
+    started otherwise; SystemExit when another fleet is up, or such pods exist."""
     kubeconfig = state_dir / "kubeconfig"
     if (state_dir / "state.json").exists() and kubeconfig.exists():
-        names = asyncio.run(_node_names(kubeconfig))
+        names, pods = asyncio.run(_nodes_and_pods(kubeconfig))
         if names == {s.name for s in fleet}:
-            log("reusing the running cluster (it has the demo's nodes)")
+            others = demo_compare.foreign_gpu_pods(pods, names, DEMO_NAMESPACE)
+            if others:
+                raise SystemExit(
+                    f"demo: the running cluster has {len(others)} pod(s) outside"
+                    f" {DEMO_NAMESPACE} holding or asking for GPUs"
+                    f" ({', '.join(others[:5])}{' ...' if len(others) > 5 else ''}): the"
+                    " demo compares against a fresh cluster, so delete them or"
+                    " `make cluster-down` first"
+                )
+            log("reusing the running cluster (it has the demo's nodes, no other GPU pods)")
             return kubeconfig.resolve()
         raise SystemExit(
             f"demo: a cluster from `make cluster-up` is running with {len(names)} other nodes;"
@@ -205,10 +234,13 @@ def ensure_cluster(state_dir: Path, nodes_csv: Path, fleet: Sequence[NodeSpec]) 
     return kubeconfig.resolve()
 
 
-async def _node_names(kubeconfig: Path) -> set[str]:
+async def _nodes_and_pods(kubeconfig: Path) -> tuple[set[str], list[JSON]]:
+    """The cluster's node names and every pod of every namespace."""
     async with await Kube.connect(kubeconfig) as kube:
-        listing = await kube.get("/api/v1/nodes")
-    return {n["metadata"]["name"] for n in listing.get("items", [])}
+        nodes = await kube.get("/api/v1/nodes")
+        pods = await kube.get("/api/v1/pods")
+    names = {n["metadata"]["name"] for n in nodes.get("items", [])}
+    return names, list(pods.get("items", []))
 
 
 def start_daemon(state_dir: Path, kubeconfig: Path, log_path: Path) -> None:
@@ -276,11 +308,21 @@ def bound_decisions(
 
 # -- the per-pod table ----------------------------------------------------------------------
 
+WHY_CAPTION = (
+    "why: the node's total score and the two plugins that added most to it, with raw scores"
+    " as in the pod's Scheduled Event (plugins without data left out); best of N: N nodes fit;"
+    " N tied: that many nodes had the top total, and gpusched's seeded node order"
+    " (deterministic) picked one; cards: GPUFit's rule where it had a choice"
+)
+
 
 def pod_table(pods: Mapping[str, JSON], decisions: Mapping[str, JSON], namespace: str) -> Table:
     """pod -> node -> cards -> why, grouped by controller: the first EXAMPLE_ROWS pods of
     each, then one line for the rest (how many, on how many nodes)."""
-    table = Table(title="gpusched: where each pod went, and why (from its decision record)")
+    table = Table(
+        title="gpusched: where each pod went, and why (from its decision record)",
+        caption=WHY_CAPTION,
+    )
     for col in ("controller", "pod", "node", "cards", "why"):
         table.add_column(col, overflow="fold")
     groups: dict[str, list[JSON]] = {}
@@ -346,7 +388,7 @@ def run(state_dir: Path, out_dir: Path = OUT_DIR, *, baseline: str = "default") 
 
     log("step 2/4: the workload under gpusched (schedulerName: ai-scheduler)")
     ours_waves = asyncio.run(_on(kubeconfig, demo_workload.GPUSCHED))
-    ours_pods = ours_waves[-1]
+    ours_pods = ours_waves.final
     decisions = bound_decisions(log_path, ours_pods)
     console.print(pod_table(ours_pods, decisions, DEMO_NAMESPACE))
 
@@ -362,7 +404,7 @@ def run(state_dir: Path, out_dir: Path = OUT_DIR, *, baseline: str = "default") 
 
     log("step 4/4: side by side")
     ours, theirs = (
-        demo_compare.outcome(w[-1].values(), capacity, before_gang=_before_gang(w).values())
+        demo_compare.outcome(w.final.values(), capacity, before_gang=_before_gang(w.after).values())
         for w in (ours_waves, theirs_waves)
     )
     rows = demo_compare.rows(ours, theirs)
@@ -370,11 +412,13 @@ def run(state_dir: Path, out_dir: Path = OUT_DIR, *, baseline: str = "default") 
         f"The same workload, {sum(p.pods for p in demo_workload.PARTS)} pods on"
         f" {len(fleet)} nodes x 8 GPUs: gpusched vs {BASELINES[baseline]}"
     )
-    console.print(demo_compare.render(rows, title=title))
-    console.print(demo_compare.verdict(rows), soft_wrap=True)
+    unsettled = [f"{w} under gpusched" for w in ours_waves.unsettled]
+    unsettled += [f"{w} under kube-scheduler" for w in theirs_waves.unsettled]
+    console.print(demo_compare.render(rows, title=title, judged=not unsettled))
+    console.print(demo_compare.verdict(rows, unsettled), soft_wrap=True, markup=False)
     console.print("Legend:")
     for line in demo_compare.legend_lines():
-        console.print(line, soft_wrap=True, highlight=False)
+        console.print(line, soft_wrap=True, highlight=False, markup=False)
     log(f"done in {time.monotonic() - started:.0f}s. gpusched's decision records: {log_path}")
     log(
         "gpusched's cluster and daemon keep running for kubectl:\n"
@@ -394,12 +438,12 @@ def _before_gang(after: Sequence[dict[str, JSON]]) -> dict[str, JSON]:
     return after[gang_wave - 1] if gang_wave > 0 else {}
 
 
-async def _on(kubeconfig: Path, variant: str) -> list[dict[str, JSON]]:
+async def _on(kubeconfig: Path, variant: str) -> Waves:
     async with await Kube.connect(kubeconfig) as kube:
         return await run_waves(kube, DEMO_NAMESPACE, variant)
 
 
-async def _fresh(cluster: LocalCluster, fleet: Sequence[NodeSpec]) -> list[dict[str, JSON]]:
+async def _fresh(cluster: LocalCluster, fleet: Sequence[NodeSpec]) -> Waves:
     async with await Kube.connect(cluster.kubeconfig) as kube:
         await install_crds(kube, cluster.crd_dir)
         await load_nodes(kube, fleet)

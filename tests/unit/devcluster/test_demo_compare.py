@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
+import numpy as np
 import yaml
 from rich.console import Console
 
@@ -15,6 +16,8 @@ from gpusched.devcluster.demo_workload import GPUSCHED, KUBE_SCHEDULER, Part
 from gpusched.devcluster.nodes import read_openb_csv
 from gpusched.kube import JSON
 from gpusched.model import keys
+from gpusched.observability.explain_record import scheduled_message
+from gpusched.plugins.gpu_fit.why import shared_card_reason, whole_cards_reason
 
 GANG = Part("train", "Job", 2, 4000, "16", "128Gi", wave=2, gang=True)
 SHARED = Part("inference", "Deployment", 4, 500, "2", "8Gi", wave=1)
@@ -160,7 +163,7 @@ def test_outcome_measures_held_used_started_pending_and_fragmentation() -> None:
     )
 
 
-def test_rows_and_verdict_name_only_what_the_numbers_show() -> None:
+def test_rows_and_verdict_count_outcomes_not_rows() -> None:
     ours = demo_compare.outcome(_ours(), CAPACITY, PARTS, before_gang=_ours()[:4])
     theirs = demo_compare.outcome(_theirs(), CAPACITY, PARTS, before_gang=_theirs())
     rows = demo_compare.rows(ours, theirs)
@@ -170,30 +173,94 @@ def test_rows_and_verdict_name_only_what_the_numbers_show() -> None:
     assert by["gang train"].winner == "gpusched"
     assert by["pending"].winner == "gpusched"  # 0 < 2, and fewer is better
     assert by["replicas"].winner == "="
-    assert by["largest free block"].winner == "kube-scheduler"  # 4 < 8: not claimed
+    assert by["largest free block"].winner == "kube-scheduler"  # 4 < 6: not claimed
     assert by["GPU cards held"].winner == ""  # shown, not judged
+    # Rows of one outcome sit together, in OUTCOMES order.
+    seen = [r.outcome for r in rows]
+    assert sorted(set(seen), key=seen.index) == list(demo_compare.OUTCOMES)
+    assert seen == sorted(seen, key=demo_compare.OUTCOMES.index)
+    # The gang that did not start moves three rows (work placed, gang, pending): one outcome.
     line = demo_compare.verdict(rows)
-    assert line.startswith("Verdict: mixed: gpusched better on "), line
-    assert "kube-scheduler better on 1 (largest free block)" in line
-    assert "equal on 3 (Jobs, replicas, fragmentation)" in line
+    assert line == (
+        "Verdict: mixed: gpusched better on 2 of 3 outcomes (work running: GPU work placed,"
+        " gang train, pending; card use: use of held cards), kube-scheduler better on 1"
+        " (fragmentation: largest free block)."
+    ), line
     # The same numbers the other way round: the verdict turns.
     flipped = demo_compare.verdict(demo_compare.rows(theirs, ours))
-    assert "gpusched better on 1 of" in flipped and "(largest free block)" in flipped
-    # Better on some rows and worse on none: ahead, and the rows are named.
+    assert flipped.startswith(
+        "Verdict: mixed: gpusched better on 1 of 3 outcomes (fragmentation: largest free"
+    ), flipped
+    # Better on some outcomes and worse on none: ahead, the equal outcome named.
     ahead = [r for r in rows if r.short != "largest free block"]
     line = demo_compare.verdict(ahead)
-    assert line.startswith("Verdict: gpusched ahead: better on "), line
-    assert "worse on none" in line and "gang train" in line
-    behind = demo_compare.verdict(demo_compare.rows(theirs, ours)[:5])
-    assert behind.startswith("Verdict: kube-scheduler ahead: "), behind
+    assert line.startswith("Verdict: gpusched ahead: better on 2 of 3 outcomes "), line
+    assert line.endswith("worse on none, equal on 1 (fragmentation)."), line
+    behind = [r for r in demo_compare.rows(theirs, ours) if r.short != "largest free block"]
+    assert demo_compare.verdict(behind).startswith("Verdict: kube-scheduler ahead: ")
     # Identical outcomes: no difference claimed.
     same = demo_compare.verdict(demo_compare.rows(ours, ours))
-    assert same == "Verdict: no difference on any of the 8 judged rows."
-    # The legend explains every judged row.
+    assert same == "Verdict: no difference on any of the 3 outcomes."
+    # The legend explains every judged row, and how the verdict counts.
     legend = " ".join(n for n, _ in demo_compare.LEGEND)
     for r in rows:
         if r.better is not None:
             assert r.short.split()[0] in legend, r.short
+    assert "counts outcomes, not rows" in dict(demo_compare.LEGEND)["Verdict"]
+
+
+def test_an_outcome_whose_rows_disagree_is_split_not_won() -> None:
+    frag = demo_compare.FRAGMENTATION
+    rows = [
+        demo_compare.Row("f", "0", "3", 0, 3, demo_compare.LOWER, "fragmented cards", frag),
+        demo_compare.Row("b", "2", "6", 2, 6, demo_compare.HIGHER, "largest free block", frag),
+        demo_compare.Row("u", "90%", "70%", 0.9, 0.7, demo_compare.HIGHER, "use", "card use"),
+    ]
+    judged = demo_compare.judge(rows)
+    assert [(j.outcome, j.winner) for j in judged] == [(frag, "split"), ("card use", "gpusched")]
+    line = demo_compare.verdict(rows)
+    assert line == (
+        "Verdict: gpusched ahead: better on 1 of 2 outcomes (card use: use), worse on none,"
+        " split on 1 (fragmentation: fragmented cards to gpusched, largest free block to"
+        " kube-scheduler)."
+    ), line
+    assert demo_compare.verdict(rows[:2]).startswith("Verdict: neither ahead: split on 1 of 1")
+
+
+def test_no_verdict_when_a_wave_did_not_settle() -> None:
+    ours = demo_compare.outcome(_ours(), CAPACITY, PARTS, before_gang=_ours()[:4])
+    theirs = demo_compare.outcome(_theirs(), CAPACITY, PARTS, before_gang=_theirs())
+    rows = demo_compare.rows(ours, theirs)
+    line = demo_compare.verdict(rows, ["wave 2/2 (train) under kube-scheduler"])
+    assert line.startswith(
+        "Verdict: not measured: wave 2/2 (train) under kube-scheduler did not settle"
+    ), line
+    assert "gpusched better" not in line and "ahead" not in line
+    out = io.StringIO()
+    Console(file=out, width=160).print(demo_compare.render(rows, title="t", judged=False))
+    assert "better" not in out.getvalue() and "gpusched" in out.getvalue()
+
+
+def test_pods_of_other_namespaces_holding_or_asking_for_gpus_are_found() -> None:
+    def ns(p: JSON, namespace: str) -> JSON:
+        p["metadata"]["namespace"] = namespace
+        return p
+
+    shared = ns(pod("s", "x"), "team")
+    shared["metadata"]["annotations"][keys.GPU_MILLI] = "500"
+    pods = [
+        ns(pod("mine", "x", "n0", gpus=2), "gpusched-demo"),  # the demo's own
+        ns(pod("a", "x", "n0", ids="3"), "team"),  # holds a card (gpusched's annotation)
+        ns(pod("b", "x", "n1", gpus=1), "team"),  # holds a card (device plugin's count)
+        ns(pod("c", "x", gpus=1), "team"),  # asks, no node yet
+        shared,  # asks for a share, no node yet
+        ns(pod("d", "x", "n1", gpus=1, phase="Succeeded"), "team"),  # done: holds nothing
+        ns(pod("e", "x", "n1"), "team"),  # CPU only
+        ns(pod("f", "x", "elsewhere", gpus=1), "team"),  # not on the demo's nodes
+    ]
+    found = demo_compare.foreign_gpu_pods(pods, CAPACITY, "gpusched-demo")
+    assert found == ["team/a", "team/b", "team/c", "team/s"]
+    assert demo_compare.foreign_gpu_pods(pods[:1], CAPACITY, "gpusched-demo") == []
 
 
 def test_the_rendered_table_has_one_line_per_row() -> None:
@@ -228,9 +295,8 @@ def test_pod_table_groups_by_controller_and_shortens_long_groups() -> None:
         "pod": "ns/i0",
         "node": "n0",
         "feasible": 2,
-        "top": [
-            {"node": "n0", "total": 50.0, "scores": {"GPUFit": {"weight": 1, "normalized": 50}}}
-        ],
+        "top": [{"node": "n0", "total": 50.0}],
+        "chosen_scores": {"GPUFit": 50.0},
     }
     out = io.StringIO()
     table = demo_run.pod_table(pods, {"ns/i0": record}, "ns")
@@ -238,32 +304,82 @@ def test_pod_table_groups_by_controller_and_shortens_long_groups() -> None:
     text = out.getvalue()
     assert text.count("inference") == 1  # the controller named once
     assert "... 1 more: 1 on 1 node(s)" in text  # i3, after three examples
-    assert "score 50.0 (GPUFit 50.0) best of 2" in text
+    assert "score 50.0: GPUFit 50.0; best of 2" in text
     assert "pending" in text and "gang needs 2" in text
 
 
-def test_why_reads_records_with_more_keys_or_fewer() -> None:
-    record = {
+def _record(**extra: object) -> JSON:
+    """A decision record as the daemon writes it (observability/logging.py), cut to what
+    `why` reads: `top` carries weighted normalised scores, `chosen_scores` the raw ones."""
+    return {
         "node": "n1",
         "feasible": 3,
-        "tie_break": "random among 2",  # a key another version adds
         "top": [
-            {"node": "n0", "total": 9.0, "scores": {}},
+            {"node": "n0", "total": 90.0, "scores": {}},
             {
                 "node": "n1",
                 "total": 80.0,
-                "tied": True,
                 "scores": {
-                    "A": {"weight": 2, "normalized": 30, "raw": 1, "unit": "x"},
-                    "B": {"weight": 0.5, "normalized": 40},
-                    "C": {"normalized": 10},  # no weight: counted once
-                    "D": "not a score",
+                    "A": {"weight": 2, "normalized": 30, "raw": 7},
+                    "Thermal": {"weight": 1, "normalized": 50, "raw": 50},
+                    "B": {"weight": 0.5, "normalized": 40, "raw": 400},
                 },
             },
         ],
+        # Best contribution first, "no data" last: Thermal's 50 was a neutral stand-in.
+        "chosen_scores": {"A": 7.0, "B": 400.0, "Thermal": "no data"},
+        **extra,
     }
-    assert demo.why(record) == "score 80.0 (A 60.0, B 20.0) best of 3"
+
+
+def test_why_shows_the_raw_scores_of_the_event_and_never_a_no_data_plugin() -> None:
+    assert demo.why(_record()) == "score 80.0: A 7.0, B 400.0; best of 3"
+    # The Scheduled Event names the same plugins with the same numbers.
+    message = scheduled_message("ns/p", "n1", _record())
+    assert "score 80.0: A 7.0, B 400.0, Thermal no data" in message
+    # Thermal would be a reason by its weighted stand-in (50 > B's 20): it is not one.
+    only_no_data = _record(chosen_scores={"Thermal": "no data", "A": 7.0})
+    assert demo.why(only_no_data, terms=2) == "score 80.0: A 7.0; best of 3"
+    tie = {"tied": 4, "rule": "seeded node order", "seed": 0, "text": "chosen among 4"}
+    reason = shared_card_reason(2, 1000, 500, None)
+    line = demo.why(_record(tie=tie, cards_reason=reason))
+    assert line == ("score 80.0: A 7.0, B 400.0; best of 3, 4 tied; cards: best fit, 500m left")
+    assert demo.why(_record(tie={"tied": 1, "text": "the only node"})).endswith("best of 3")
     assert demo.why({"node": "n1", "top": []}) == ""
+    assert demo.why({"node": "n1", "top": [{"node": "n1"}]}) == "score; best of 0"
+
+
+def test_cards_in_brief_cuts_each_of_gpufits_wordings_to_its_rule() -> None:
+    def row(free: list[int], island: list[int]) -> tuple[np.ndarray, ...]:
+        n = len(free)
+        return (
+            np.array(free, np.int32),
+            np.full(n, 80_000, np.int32),
+            np.zeros(n, np.int16),
+            np.ones(n, np.bool_),
+            np.array(island, np.int8),
+            np.full(n, np.nan, np.float32),
+        )
+
+    free = [1000] * 8
+    allowed = np.ones(1, np.bool_)
+    # Island 0 has 3 free cards, island 1 all 4: two cards go to island 0, island 1 kept.
+    tight = whole_cards_reason((1, 2), *row([0, *free[1:]], [0] * 4 + [1] * 4), 0, allowed)
+    assert demo.cards_in_brief(tight) == "tightest NVLink island 0", tight
+    # One island on the node (the demo's nodes): no choice of island, nothing to say.
+    alone = whole_cards_reason((1, 2), *row(free, [0] * 8), 0, allowed)
+    assert alone.startswith("NVLink island 0 (cards 0-7)") and demo.cards_in_brief(alone) == ""
+    span = whole_cards_reason(
+        (2, 3, 4, 5), *row([0, 0] + [1000] * 4 + [0, 0], [0] * 4 + [1] * 4), 0, allowed
+    )
+    assert demo.cards_in_brief(span) == "span NVLink islands 0,1", span
+    unknown = whole_cards_reason((0,), *row(free, [-1] * 8), 0, allowed)
+    assert demo.cards_in_brief(unknown) == "NVLink layout unknown", unknown
+    pick = shared_card_reason(0, 750, 500, "GPUFragmentation's pick: the card that loses least")
+    assert demo.cards_in_brief(pick) == "GPUFragmentation's pick, 250m left", pick
+    assert demo.cards_in_brief(shared_card_reason(3, 500, 250, None)) == "best fit, 250m left"
+    assert demo.cards_in_brief("some new wording: details") == "some new wording"
+    assert demo.cards_in_brief("") == ""
 
 
 def test_the_stock_kube_scheduler_config_is_the_default_profile(tmp_path: Path) -> None:
