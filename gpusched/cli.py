@@ -367,6 +367,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             config_poll_seconds=args.config_poll_seconds,
             config_map=args.config_map or "",
             gpu_map=args.gpu_map,
+            explain_endpoint=args.explain_endpoint,
         )
     )
 
@@ -674,6 +675,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="also serve a read-only GPU map on the metrics port: GET /map (HTML: nodes x"
         " cards by use, share and temperature, pending pods and why, gangs, quotas) and"
         " /map.json (docs/gpu-map.md); off by default",
+    )
+    run.add_argument(
+        "--explain-endpoint",
+        action="store_true",
+        help="also serve GET /explain/NAMESPACE/POD on the metrics port, for `gpusched"
+        " explain --endpoint` (docs/explain.md). Off by default: whoever reaches the port"
+        " learns which pods exist in every namespace, where they run and on which cards"
+        " (docs/security.md), and each answer is a search of up to 20 s of CPU the"
+        " scheduling loop shares (one at a time; 429 while one runs)",
     )
     run.set_defaults(func=_cmd_run)
 

@@ -87,8 +87,21 @@ async def _from_endpoint(endpoint: str, namespace: str, name: str) -> tuple[int,
         try:
             body = await resp.json(content_type=None)
         except ValueError:
-            body = {"error": f"GET {url}: HTTP {resp.status}: {(await resp.text())[:200]}"}
-        return resp.status, body if isinstance(body, dict) else {"error": str(body)}
+            body = None
+        if not isinstance(body, dict) or ("error" not in body and resp.status != 200):
+            # Not one of our answers: aiohttp's own "404: Not Found" when the route is not
+            # served at all (the daemon runs without --explain-endpoint), or not gpusched.
+            text = (await resp.text())[:200]
+            if resp.status == 404:
+                return 404, {
+                    "error": f"{endpoint} does not serve /explain (GET {url}: HTTP 404:"
+                    f" {text}): the scheduler runs without --explain-endpoint (off by"
+                    " default); start `gpusched run` with it, or leave --endpoint (and"
+                    f" ${ENDPOINT_ENV}) out to compute offline from the API",
+                    "reason": "NoEndpoint",
+                }
+            body = {"error": f"GET {url}: HTTP {resp.status}: {text}"}
+        return resp.status, body
 
 
 def _offline(args: ExplainArgs, namespace: str, name: str) -> Answer | int:

@@ -8,6 +8,7 @@ import os
 import signal
 import socket
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,8 +18,7 @@ from aiohttp import web
 from gpusched.config import ConfigError, SchedulerConfig, default_config
 from gpusched.core.runtime.validate import validate_profiles
 from gpusched.daemon.daemon import Daemon, DaemonOptions, Logger
-from gpusched.daemon.explain import ROUTE as EXPLAIN_ROUTE
-from gpusched.daemon.explain import route as explain_route
+from gpusched.daemon.explain import ExplainEndpoint
 from gpusched.daemon.gpu_map import map_routes
 from gpusched.daemon.reload import DEFAULT_POLL_SECONDS, digest, read_new_config
 from gpusched.framework.registry import Registry
@@ -44,6 +44,29 @@ class RunArgs:
     config_map: str = ""
     # --gpu-map: serve GET /map and /map.json on the metrics port (docs/gpu-map.md).
     gpu_map: bool = False
+    # --explain-endpoint: serve GET /explain/{namespace}/{pod} on the metrics port
+    # (docs/explain.md; off by default, docs/security.md).
+    explain_endpoint: bool = False
+
+
+@dataclass
+class Pages:
+    """The read-only pages the flags turn on, served on the metrics port beside /metrics,
+    and what to do when the daemon exits (a running explain search stops)."""
+
+    routes: list[web.RouteDef]
+    close: Callable[[], None]
+
+
+def pages(daemon: Daemon, args: RunArgs) -> Pages:
+    explain = ExplainEndpoint(daemon) if args.explain_endpoint else None
+    return Pages(
+        routes=[
+            *(explain.routes() if explain is not None else ()),
+            *(map_routes(daemon) if args.gpu_map else ()),
+        ],
+        close=explain.close if explain is not None else lambda: None,
+    )
 
 
 def effective_config(args: RunArgs, registry: Registry) -> SchedulerConfig:
@@ -77,13 +100,14 @@ def run_main(args: RunArgs) -> int:
     """Exit codes: 0 after a clean stop, 2 for a bad configuration, 1 if we cannot start
     or when leadership is lost (a restart re-syncs from the API). A malformed
     GPUSCHED_FAULT (kube/faults.py, tests only) is exit 2 too."""
-    if args.gpu_map and not args.metrics_port:
-        print(
-            "gpusched run: --gpu-map is served on the metrics port: give --metrics-port a"
-            " port (not 0)",
-            file=sys.stderr,
-        )
-        return 2
+    for flag, on in (("--gpu-map", args.gpu_map), ("--explain-endpoint", args.explain_endpoint)):
+        if on and not args.metrics_port:
+            print(
+                f"gpusched run: {flag} is served on the metrics port: give --metrics-port a"
+                " port (not 0)",
+                file=sys.stderr,
+            )
+            return 2
     try:
         fault = faults.arm_from_env()
     except faults.FaultSpecError as exc:
@@ -217,6 +241,7 @@ async def _run(
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, daemon.stop)
         runner = None
+        served = pages(daemon, args)
         if args.metrics_port:
             try:
                 runner = await serve(
@@ -224,10 +249,7 @@ async def _run(
                     args.metrics_port,
                     lambda: daemon.is_ready,
                     daemon.liveness.problems,
-                    routes=[
-                        web.get(EXPLAIN_ROUTE, explain_route(daemon)),
-                        *(map_routes(daemon) if args.gpu_map else ()),
-                    ],
+                    routes=served.routes,
                 )
             except OSError as exc:
                 print(
@@ -239,6 +261,7 @@ async def _run(
         try:
             await daemon.run()
         finally:
+            served.close()  # a running explain search stops at its next dry cycle
             if runner is not None:
                 await runner.cleanup()
     return 1 if daemon.failed else 0

@@ -11,7 +11,15 @@ computed by the scheduler's own framework and plugins on a copy of its state (do
 
 from gpusched.explain.counterfactuals import Change
 from gpusched.explain.engine import Explainer, Explanation
-from gpusched.explain.world import Facts, NodeReadings, QuotaOverride, World, readings_of
+from gpusched.explain.world import (
+    Facts,
+    NodeReadings,
+    PluginState,
+    QuotaOverride,
+    World,
+    plugin_states,
+    readings_of,
+)
 
 __all__ = [
     "Change",
@@ -19,7 +27,9 @@ __all__ = [
     "Explanation",
     "Facts",
     "NodeReadings",
+    "PluginState",
     "QuotaOverride",
     "World",
+    "plugin_states",
     "readings_of",
 ]

@@ -30,7 +30,8 @@ FITS = "fits"
 @dataclass(slots=True)
 class Attempt:
     """Where a dry cycle stopped and why. `stage`: PRE_ENQUEUE or PRE_FILTER (`status`
-    says why), FILTER (no node passed), or FITS (`feasible` names the nodes)."""
+    says why), FILTER (no node passed; or, with an Error `status`, a Filter plugin raised),
+    or FITS (`feasible` names the nodes)."""
 
     pod: PodInfo
     stage: str
@@ -50,7 +51,7 @@ class Attempt:
 
     def message(self) -> str:
         """kube-scheduler's FailedScheduling message for this attempt."""
-        if self.stage in (PRE_ENQUEUE, PRE_FILTER):
+        if self.stage in (PRE_ENQUEUE, PRE_FILTER) or not self.status.is_success():
             return self.status.message()
         body = ", ".join(sorted(f"{n} {r}" for (_, r), n in self.groups.items()))
         return f"0/{self.total_nodes} nodes are available: {body}."
@@ -82,8 +83,8 @@ def run(world: World, pod: PodInfo, *, blockers: bool = True) -> Attempt:
         return Attempt(pod, PRE_FILTER, st, snap.size)
     candidates = fw.candidates(rows)
     feasible, diag, st = fw.run_filter(state, pod, candidates)
-    if not st.is_success():  # a plugin raised: say so rather than explain around it
-        return Attempt(pod, PRE_FILTER, st, snap.size)
+    if not st.is_success():  # a Filter raised: say so (and which) rather than explain around it
+        return Attempt(pod, FILTER, st, snap.size)
     out = Attempt(pod, FILTER, Status(), snap.size)
     out.pre_filtered = int(np.count_nonzero(snap.node_valid)) - int(np.count_nonzero(candidates))
     for before, res, plugin in diag.steps:

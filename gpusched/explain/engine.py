@@ -12,9 +12,13 @@ explain(pod)
 
 from __future__ import annotations
 
+import time
 from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 from gpusched.explain import attempt as dry
 from gpusched.explain import counterfactuals as cf
@@ -24,9 +28,11 @@ from gpusched.explain.kinds import FRAGMENTATION, RESOURCES, kind_of
 from gpusched.explain.world import Facts, World
 from gpusched.framework.registry import Registry
 from gpusched.model.pod import PodInfo
+from gpusched.plugins.helper.gpu_state import compute_summary, gpu_request
 
 # How many nodes closest to fitting the report lists (and the victim search tries).
 CLOSEST_NODES = 5
+GPU_FIT = "GPUFit"
 
 
 @dataclass(slots=True)
@@ -45,6 +51,9 @@ class Explanation:
     changes: list[Change] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     trials: int = 0  # dry cycles run to find and verify the changes
+    # False when the search was cut short (its dry cycles, its time, or cancelled): the
+    # changes are those verified by then, and a smaller one may exist.
+    complete: bool = True
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -61,29 +70,59 @@ class Explanation:
             "changes": [{"kind": c.kind, "text": c.text, "action": c.action} for c in self.changes],
             "notes": self.notes,
             "trials": self.trials,
+            "complete": self.complete,
         }
 
 
 class Explainer:
-    """Explains pods against one set of Facts (one instant of the scheduler's state)."""
+    """Explains pods against one set of Facts (one instant of the scheduler's state).
 
-    def __init__(self, facts: Facts, registry: Registry, *, max_trials: int = 200) -> None:
+    The search for changes stops early when `max_trials` dry cycles ran, when `clock()`
+    reaches `deadline`, or when `stop()` says so (the request was cancelled, the daemon is
+    exiting); it then reports what it verified so far (`Explanation.complete` False)."""
+
+    def __init__(
+        self,
+        facts: Facts,
+        registry: Registry,
+        *,
+        max_trials: int = 200,
+        deadline: float | None = None,
+        stop: Callable[[], bool] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.facts = facts
         self.registry = registry
         self.max_trials = max_trials
+        self.deadline = deadline
+        self.stop = stop
+        self.clock = clock
         self.trials = 0
+        self.cut = ""  # why the search stopped early ("" while it has not)
         self.world = World(facts, registry)
 
     # -- dry cycles ---------------------------------------------------------------------------
 
     def spent(self) -> bool:
-        """The trial budget is used up (the search reports what it verified so far)."""
-        return self.trials >= self.max_trials
+        """The search must stop (the trial budget is used up, its time is over, or it was
+        cancelled): it reports what it verified so far. Checked between dry cycles."""
+        if not self.cut:
+            if self.trials >= self.max_trials:
+                self.cut = f"the search stopped after {self.max_trials} dry cycles"
+            elif self.deadline is not None and self.clock() >= self.deadline:
+                self.cut = (
+                    f"the search was cut short at its time limit after {self.trials} dry"
+                    " cycles: the changes listed are those verified by then (a smaller one"
+                    " may exist)"
+                )
+            elif self.stop is not None and self.stop():
+                self.cut = "the search was cancelled"
+        return bool(self.cut)
 
     def attempt(self, facts: Facts, pod: PodInfo, *, blockers: bool = False) -> Attempt | None:
-        """A dry cycle on a fresh copy built from `facts`; None when the trial budget is
-        spent (the search then reports what it verified so far)."""
-        if self.trials >= self.max_trials:
+        """A dry cycle on a fresh copy built from `facts`; None when the search must stop
+        (spent: it then reports what it verified so far)."""
+        if self.spent():
             return None
         self.trials += 1
         return dry.run(World(facts, self.registry), pod, blockers=blockers)
@@ -99,6 +138,7 @@ class Explainer:
 
     def explain(self, pod: PodInfo) -> Explanation:
         self.trials = 0
+        self.cut = ""
         now = dry.run(self.world, pod)
         groups = [
             {"plugin": plugin, "reason": reason, "kind": kind_of(plugin, reason), "nodes": n}
@@ -125,7 +165,8 @@ class Explainer:
                 " last attempt let it through)"
             )
             return out
-        if now.stage in (dry.PRE_ENQUEUE, dry.PRE_FILTER):
+        if now.stage in (dry.PRE_ENQUEUE, dry.PRE_FILTER) or not now.status.is_success():
+            # Stopped by one plugin's status (a Filter that raised included): that plugin.
             out.binding = kind_of(now.status.plugin, now.status.message())
             out.detail = f"{now.stage} {now.status.plugin or 'check'}: {now.status.message()}"
             closest: list[str] = []
@@ -143,8 +184,9 @@ class Explainer:
             ]
         out.changes = cf.search(self, now, out.binding, closest)
         out.trials = self.trials
-        if self.trials >= self.max_trials:
-            out.notes.append(f"the search stopped after {self.max_trials} dry cycles")
+        if self.cut:  # set by spent() when the search skipped something
+            out.complete = False
+            out.notes.append(self.cut)
         if not out.changes:
             out.notes.append("no single change found that lets the pod fit")
         return out
@@ -165,32 +207,45 @@ class Explainer:
         reasons = sorted({r for n in nodes for _, r in close[n]})
         detail = f"{count} node(s) would take the pod but for {kind}: {'; '.join(reasons)}"
         if kind == RESOURCES:
-            frag = fragmentation(self.world, now.pod, nodes)
+            frag = fragmentation(self.world, now.pod, nodes, now.blockers)
             if frag:
                 return FRAGMENTATION, nodes, frag
         return kind, nodes, detail
 
 
-def fragmentation(world: World, pod: PodInfo, nodes: list[str]) -> str:
-    """A sentence when the whole cards the pod asks for are free in total on the nodes that
-    only lack resources, but no one node has them together; "" otherwise."""
+def fragmentation(
+    world: World,
+    pod: PodInfo,
+    nodes: list[str],
+    blockers: Mapping[str, Sequence[tuple[str, str]]],
+) -> str:
+    """A sentence when the whole cards the pod asks for are free in total on the nodes held
+    only by GPUFit for want of free cards, but no one node has them together; "" otherwise.
+    A card counts only if the pod could take it, by GPUFit's own rule (its summary kernel:
+    an intact, healthy card of an allowed model with the memory asked for)."""
     need = pod.request.gpu_cards
     if need <= 1:
         return ""
     snap = world.cache.snapshot
-    free: dict[str, int] = {}
+    request = gpu_request(snap, pod)
+    if request is None:
+        return ""
+    rows: dict[str, int] = {}
     for name in nodes:
         row = snap.row_of(name)
-        if row < 0:
-            continue
-        n = int(snap.node_card_count[row])
-        whole = (snap.card_free_milli[row, :n] >= 1000) & snap.card_healthy[row, :n]
-        free[name] = int(whole.sum())
+        if row >= 0 and all(p == GPU_FIT for p, _ in blockers.get(name, ())):
+            rows[name] = row
+    if not rows:
+        return ""
+    mask = np.zeros(len(snap.node_valid), np.bool_)
+    mask[list(rows.values())] = True
+    summary = compute_summary(snap, request, mask)
+    free = {name: int(summary.intact[row]) for name, row in rows.items()}
     total = sum(free.values())
     if total < need or max(free.values(), default=0) >= need:
         return ""
     spread = ", ".join(f"{k}: {v}" for k, v in sorted(free.items(), key=lambda kv: -kv[1]) if v)
     return (
-        f"fragmentation: {total} whole cards are free in total ({spread}) but no node has"
-        f" {need} free together"
+        f"fragmentation: {total} whole cards the pod could use are free in total ({spread})"
+        f" but no node has {need} free together"
     )

@@ -2,14 +2,18 @@
 
 `Facts` is what the daemon knows at one instant (the nodes and pods its watches hold, the
 pods it assumed with their cards, namespace labels, the telemetry readings in its snapshot,
-and its ports to PodGroups, quotas, volumes and DRA); `World` replays those facts through
-the same ClusterEvents handlers, ClusterCache, SchedulerHandle and Framework constructor
-the daemon uses, so every plugin runs exactly as it does in a scheduling cycle, on a copy.
+copies of its PodGroup, quota, volume, DRA and PodDisruptionBudget views, and the history
+of the plugins that keep one); `World` replays those facts through the same ClusterEvents
+handlers, ClusterCache, SchedulerHandle and Framework constructor the daemon uses, then
+seeds the new plugin instances with that history (StatefulPlugin), so every plugin runs
+exactly as it does in a scheduling cycle, on a copy.
 
 Why a copy and not the daemon's own cache: the counterfactuals remove pods, change a
 plugin's args or a pod's annotation and run the plugins again; the live snapshot is shared
-with the scheduling loop and must never see that. The ports are only read (never written)
-and a counterfactual that changes one wraps it (`QuotaOverride`) instead.
+with the scheduling loop and must never see that. And the search runs in another thread:
+every view in Facts is a copy that thread alone reads (daemon/explain.py facts_of), since
+the live views cache what their reads derive. The copies are only read; a counterfactual
+that changes one wraps it (`QuotaOverride`) instead.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ from gpusched.core.runtime.framework import Framework, pre_enqueue_of
 from gpusched.framework.disruption import NO_DISRUPTION, DisruptionPort
 from gpusched.framework.dra import NO_DRA, DraPort
 from gpusched.framework.gangs import NO_GANGS, GangPort
-from gpusched.framework.interfaces import Allocation
+from gpusched.framework.interfaces import Allocation, StatefulPlugin
 from gpusched.framework.registry import Registry
 from gpusched.framework.snapshot import TELEMETRY_CARD_COLUMNS
 from gpusched.framework.status import Code, Status
@@ -57,6 +61,29 @@ class NodeReadings:
     card_sick: NDArray[np.bool_]
 
 
+@dataclass(frozen=True, slots=True)
+class PluginState:
+    """A StatefulPlugin's exported history and the args it was drawn under: a copy whose
+    plugin has other args (a counterfactual) starts without it, as a reload that changes
+    the args starts a new instance."""
+
+    args: object
+    state: object
+
+
+def plugin_states(frameworks: Mapping[str, Framework]) -> dict[tuple[str, str], PluginState]:
+    """Every StatefulPlugin's history in these frameworks (call it where they run, between
+    two scheduling cycles)."""
+    out: dict[tuple[str, str], PluginState] = {}
+    for profile, fw in frameworks.items():
+        for name, plugin in fw.plugins.items():
+            if isinstance(plugin, StatefulPlugin):
+                out[(profile, name)] = PluginState(
+                    fw.profile.plugin_args.get(name), plugin.export_state()
+                )
+    return out
+
+
 @dataclass(slots=True)
 class Facts:
     """Everything a World is built from (see the module docstring)."""
@@ -75,6 +102,8 @@ class Facts:
     volumes: VolumePort = NO_VOLUMES
     dra: DraPort = NO_DRA
     disruption: DisruptionPort = NO_DISRUPTION
+    # (profile, plugin) -> a StatefulPlugin's history (plugin_states).
+    plugin_states: Mapping[tuple[str, str], PluginState] = field(default_factory=dict)
     now: float = 0.0  # the scheduler's monotonic clock
     wall: float = 0.0  # unix seconds
 
@@ -198,6 +227,17 @@ class World:
         for pod, _ in facts.assumed:
             self.handle.gang_index.update(pod)
         self._copy_readings(facts.readings)
+        # The plugins' history, once the copy's rows exist (it names nodes), before the
+        # first look at the readings (Thermal's latch is brought up to date from it).
+        for (profile, name), carried in facts.plugin_states.items():
+            fw = self.frameworks.get(profile)
+            plugin = fw.plugins.get(name) if fw is not None else None
+            if (
+                fw is not None
+                and isinstance(plugin, StatefulPlugin)
+                and fw.profile.plugin_args.get(name) == carried.args
+            ):
+                plugin.import_state(carried.state)
         self.dra_ledger = DraLedger(self.cache, facts.dra)
         self.dra_ledger.sync()
         bound: dict[str, list[PodInfo]] = {name: [] for name in self.frameworks}

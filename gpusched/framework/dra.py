@@ -31,7 +31,8 @@ cleared so the pod can be tried elsewhere. Writes return a Status, never raise.
 
 `NoDra` is a cluster without DRA (nothing watched, every claim "not found"); `MemoryDra`
 keeps everything in memory with the same semantics and applies writes at once (the
-simulator, unit tests).
+simulator, unit tests); `FrozenDra` is a view copied at one instant for a reader on another
+thread (`explain`), read-only.
 """
 
 from __future__ import annotations
@@ -406,6 +407,57 @@ class DraView:
 
     def reserved_for(self, claim: ResourceClaim, pod: PodInfo) -> bool:
         return any(c.uid == pod.uid for c in claim.reserved_for)
+
+    # -- a copy for another thread ----------------------------------------------------------
+
+    def frozen(self) -> FrozenDra:
+        """This view as it is now, copied for a reader on another thread (`explain`'s
+        search). Call it where the view is fed (the event loop), between two changes. The
+        reads above loop over the live dicts and cache what they derive under the version
+        they read after the loop: run from another thread, a change during the loop would
+        be cached under the new version (a claim missing from the scheduler's next
+        allocated_claims: a device allocated twice). The copy has dicts of its own (the
+        objects are frozen and shared) and caches of its own."""
+        return FrozenDra(self)
+
+
+class FrozenDra(DraView):
+    """A DraView copied at one instant (DraView.frozen): nothing feeds it, so it never
+    changes, and it refuses every write."""
+
+    def __init__(self, source: DraView) -> None:
+        super().__init__()
+        self.classes = dict(source.classes)
+        self._slices = dict(source._slices)
+        self._by_node = {node: dict(slices) for node, slices in source._by_node.items()}
+        self._unbound = dict(source._unbound)
+        self.watched = dict(source.watched)
+        self.inflight = dict(source.inflight)
+        self.written = dict(source.written)
+        self._version = source._version
+        self._slices_version = source._slices_version
+
+    def assume(self, claim: ResourceClaim) -> None:
+        raise RuntimeError("a frozen copy of the DRA view is read-only")
+
+    def forget(self, uid: str) -> None:
+        raise RuntimeError("a frozen copy of the DRA view is read-only")
+
+    async def allocate(
+        self, claim: ResourceClaim, allocation: AllocationResult, pod: PodInfo
+    ) -> tuple[ResourceClaim | None, Status]:
+        return None, write_failure("a frozen copy of the DRA view never writes")
+
+    async def reserve_for(
+        self, claim: ResourceClaim, pod: PodInfo
+    ) -> tuple[ResourceClaim | None, Status]:
+        return None, write_failure("a frozen copy of the DRA view never writes")
+
+    async def unreserve(self, claim: ResourceClaim, pod: PodInfo) -> Status:
+        return write_failure("a frozen copy of the DRA view never writes")
+
+    async def deallocate(self, claim: ResourceClaim, pod: PodInfo) -> Status:
+        return write_failure("a frozen copy of the DRA view never writes")
 
 
 class NoDra:

@@ -501,6 +501,23 @@ class TelemetryPlugin(Plugin, Protocol):
 
 
 @runtime_checkable
+class StatefulPlugin(Plugin, Protocol):
+    """Not an extension point: a plugin whose Filter verdicts depend on what it saw before,
+    not only on the snapshot (Thermal's red-line latch; GangScheduling's starvation clocks,
+    reservation and the plans of the gangs assembling). `explain` answers on a copy of the
+    scheduler built with new plugin instances (gpusched/explain/world.py); without this
+    history the copy would let through a pod the scheduler refuses. `export_state` runs
+    where the scheduling loop runs (the event loop), between two cycles, and returns a
+    copy that shares nothing mutable with the plugin, naming nodes by name (a copy's
+    snapshot rows differ); `import_state` seeds a new instance built with the same args
+    on another snapshot, before its first cycle."""
+
+    def export_state(self) -> object: ...
+
+    def import_state(self, state: object) -> None: ...
+
+
+@runtime_checkable
 class PostBindPlugin(Plugin, Protocol):
     async def post_bind(self, state: CycleState, pod: PodInfo, node: str) -> None:
         """Informational, after a successful Bind; cannot fail the pod (a raise is

@@ -6,6 +6,7 @@ kube-scheduler writes for volumes: a PersistentVolume's `spec.claimRef` (a stati
 which the PV controller then completes) and a claim's `volume.kubernetes.io/selected-node`
 annotation (dynamic provisioning). The simulator's pods have no volumes: it uses
 `NoVolumes`, which holds nothing (a claim is then "not found", as in a cluster without it).
+`FrozenVolumes` is the daemon's view copied at one instant for `explain` (read-only).
 
 Reads are synchronous (the scheduling cycle never awaits); writes and the wait for the PV
 controller are coroutines of the binding cycle. Writes return a Status, never raise.
@@ -14,7 +15,7 @@ controller are coroutines of the binding cycle. Writes return a Status, never ra
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Protocol
 
 from gpusched.framework.status import Code, Status
@@ -87,3 +88,50 @@ class NoVolumes:
 
 
 NO_VOLUMES = NoVolumes()
+
+
+class FrozenVolumes:
+    """The storage objects copied at one instant, for a reader on another thread
+    (`explain`'s search, which must never read the daemon's live indexes while the watches
+    change them): plain dicts of its own (the objects are frozen and shared); it never
+    changes and refuses every write."""
+
+    def __init__(
+        self,
+        claims: Mapping[tuple[str, str], Claim],
+        volumes: Mapping[str, PersistentVolume],
+        by_class: Mapping[str, Mapping[str, PersistentVolume]],
+        classes: Mapping[str, StorageClass],
+        csi_nodes: Mapping[str, CSINode],
+    ) -> None:
+        self.claims = dict(claims)
+        self.volumes = dict(volumes)
+        self.by_class = {k: tuple(v.values()) for k, v in by_class.items()}
+        self.classes = dict(classes)
+        self.csi_nodes = dict(csi_nodes)
+
+    def claim(self, namespace: str, name: str) -> Claim | None:
+        return self.claims.get((namespace, name))
+
+    def volume(self, name: str) -> PersistentVolume | None:
+        return self.volumes.get(name)
+
+    def volumes_of_class(self, storage_class: str) -> Iterable[PersistentVolume]:
+        return self.by_class.get(storage_class, ())
+
+    def storage_class(self, name: str) -> StorageClass | None:
+        return self.classes.get(name)
+
+    def csi_node(self, name: str) -> CSINode | None:
+        return self.csi_nodes.get(name)
+
+    async def bind_volume(
+        self, pv: PersistentVolume, claim: Claim
+    ) -> tuple[PersistentVolume | None, Status]:
+        return None, Status(Code.ERROR, ("a frozen copy of the storage view never writes",))
+
+    async def select_node(self, claim: Claim, node: str) -> tuple[Claim | None, Status]:
+        return None, Status(Code.ERROR, ("a frozen copy of the storage view never writes",))
+
+    async def changed(self, timeout: float) -> bool:  # noqa: ASYNC109
+        return False  # it never changes

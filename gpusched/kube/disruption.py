@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -170,6 +170,53 @@ class _Namespace:
     budgets: dict[str, PodDisruptionBudget] = field(default_factory=dict)  # name -> budget
 
 
+def _matching(
+    budgets: Iterable[PodDisruptionBudget],
+    pending: Mapping[str, Sequence[_Pending]],
+    now: float,
+    pod: PodInfo,
+) -> tuple[Budget, ...]:
+    """The budgets whose selector matches the pod, each lowered by our evictions its
+    status may not count yet (not the pod's own)."""
+    out: list[Budget] = []
+    for pdb in budgets:
+        if not pdb.selector.matches(pod.labels):
+            continue
+        uncounted = sum(
+            1
+            for p in pending.get(pdb.key, ())
+            if p.victim != pod.uid and now - p.at < PENDING_SECONDS
+        )
+        out.append(Budget(pdb.key, max(0, pdb.disruptions_allowed - uncounted), pdb.problem))
+    return tuple(out)
+
+
+class FrozenDisruption:
+    """KubeDisruption's budgets copied at one instant (KubeDisruption.frozen), judged at
+    that instant; it never changes and refuses every write."""
+
+    def __init__(
+        self,
+        budgets: Mapping[str, tuple[PodDisruptionBudget, ...]],
+        pending: Mapping[str, tuple[_Pending, ...]],
+        now: float,
+    ) -> None:
+        self.budgets = dict(budgets)
+        self.pending = dict(pending)
+        self.now = now
+
+    def budgets_of(self, pod: PodInfo) -> Sequence[Budget]:
+        return _matching(self.budgets.get(pod.namespace, ()), self.pending, self.now, pod)
+
+    async def evict(
+        self, victim: PodInfo, *, preemptor: PodInfo, node: str, message: str
+    ) -> Status:
+        return Status(Code.ERROR, ("a frozen copy of the disruption view never writes",))
+
+    async def nominate(self, pod: PodInfo, node: str) -> Status:
+        return Status(Code.ERROR, ("a frozen copy of the disruption view never writes",))
+
+
 class KubeDisruption:
     def __init__(
         self,
@@ -240,18 +287,16 @@ class KubeDisruption:
         ns = self.namespaces.get(pod.namespace)
         if ns is None:
             return ()
-        now = self.clock()
-        out: list[Budget] = []
-        for pdb in ns.budgets.values():
-            if not pdb.selector.matches(pod.labels):
-                continue
-            uncounted = sum(
-                1
-                for p in self.pending.get(pdb.key, ())
-                if p.victim != pod.uid and now - p.at < PENDING_SECONDS
-            )
-            out.append(Budget(pdb.key, max(0, pdb.disruptions_allowed - uncounted), pdb.problem))
-        return tuple(out)
+        return _matching(ns.budgets.values(), self.pending, self.clock(), pod)
+
+    def frozen(self) -> FrozenDisruption:
+        """The budgets and our uncounted evictions as they are now, for a reader on another
+        thread (`explain`): call it on the event loop, where the watch changes them."""
+        return FrozenDisruption(
+            {ns: tuple(n.budgets.values()) for ns, n in self.namespaces.items()},
+            {key: tuple(p) for key, p in self.pending.items()},
+            self.clock(),
+        )
 
     # -- DisruptionPort writes ------------------------------------------------------------
 

@@ -26,6 +26,7 @@ from typing import Any
 import aiohttp
 
 from gpusched.framework.status import ClusterWriteError, Code, Status
+from gpusched.framework.volumes import FrozenVolumes
 from gpusched.kube.client import ApiError, Kube
 from gpusched.kube.watch import Backoff, EventType, Reflector
 from gpusched.model.volume import (
@@ -186,6 +187,11 @@ class KubeVolumes:
 
     def csi_node(self, name: str) -> CSINode | None:
         return self.csi_nodes.get(name)
+
+    def frozen(self) -> FrozenVolumes:
+        """These indexes as they are now, for a reader on another thread (`explain`): call
+        it on the event loop, where the watches change them."""
+        return FrozenVolumes(self.claims, self.volumes, self.by_class, self.classes, self.csi_nodes)
 
     # -- VolumePort writes ------------------------------------------------------------------
 

@@ -177,7 +177,9 @@ async def serve(
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics_handler)
     app.add_routes(routes)
-    runner = web.AppRunner(app, access_log=None)
+    # handler_cancellation: a handler whose client went away is cancelled (a long one, an
+    # explain search, then stops instead of running on for nobody).
+    runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
     await runner.setup()
     await web.TCPSite(runner, host, port).start()
     return runner

@@ -22,10 +22,10 @@ from typing import Any
 
 import aiohttp
 import pytest
-from aiohttp import web
 
 from gpusched.daemon import Daemon
-from gpusched.daemon.explain import ROUTE, compute, explain_offline, facts_of, route
+from gpusched.daemon.explain import compute, explain_offline, facts_of
+from gpusched.daemon.main import RunArgs, pages
 from gpusched.devcluster import LocalCluster
 from gpusched.devcluster.demo import demo_pod
 from gpusched.devcluster.fake_dcgm import FakeDcgmExporter
@@ -133,24 +133,25 @@ async def test_resources_delete_the_named_pod_and_it_binds(
             f"fits on node {spec.name} if pod {namespace}/small (2 GPUs, priority 0) left"
         )
 
-        # The same answer from the daemon's HTTP endpoint ...
-        runner = await serve(
-            Metrics(), 0, lambda: True, routes=[web.get(ROUTE, route(daemon))], host="127.0.0.1"
-        )
+        # The same answer from the daemon's HTTP endpoint (the routes `gpusched run
+        # --explain-endpoint` serves) ...
+        served = pages(daemon, RunArgs(explain_endpoint=True))
+        runner = await serve(Metrics(), 0, lambda: True, routes=served.routes, host="127.0.0.1")
         try:
             port = runner.addresses[0][1]
             async with aiohttp.ClientSession() as http:
                 async with http.get(f"http://127.0.0.1:{port}/explain/{namespace}/want") as resp:
                     assert resp.status == 200
-                    served = await resp.json()
+                    answer = await resp.json()
                 async with http.get(f"http://127.0.0.1:{port}/explain/{namespace}/big") as resp:
                     assert resp.status == 409
                     refused = await resp.json()
                 async with http.get(f"http://127.0.0.1:{port}/explain/{namespace}/nope") as resp:
                     assert resp.status == 404
         finally:
+            served.close()
             await runner.cleanup()
-        assert (served["binding"], served["changes"]) == (body["binding"], body["changes"])
+        assert (answer["binding"], answer["changes"]) == (body["binding"], body["changes"])
         assert refused["reason"] == "AlreadyBound" and refused["node"] == spec.name
         assert "gpu-ids" in refused["error"] and refused["cards"]
 
@@ -213,7 +214,7 @@ async def test_fragmentation_delete_the_named_pod_and_it_binds(
 
         body = await explain(daemon, namespace, "want")
         assert body["binding"] == "fragmentation", body
-        assert "4 whole cards are free in total" in body["detail"], body["detail"]
+        assert "4 whole cards the pod could use are free in total" in body["detail"], body["detail"]
         assert "no node has 4 free together" in body["detail"]
         (change,) = body["changes"]
         (victim,) = change["action"]["delete"]

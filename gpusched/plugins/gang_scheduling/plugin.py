@@ -106,6 +106,34 @@ class Reservation:
 
 
 @dataclass(frozen=True, slots=True)
+class PlanState:
+    """A Plan with its rows named (StatefulPlugin: another snapshot's rows differ)."""
+
+    nodes: tuple[str, ...]
+    slots: tuple[tuple[str, int], ...]
+    shape: PodRequest
+    cards: int
+    cpu: int
+    mem: int
+    deadline: float
+    racks: int
+
+
+@dataclass(frozen=True, slots=True)
+class GangState:
+    """What GangScheduling remembers that its Filter depends on (StatefulPlugin): when each
+    gang was first refused for capacity (its starvation clock), the nodes a starving gang
+    reserved, the gangs that gave a reservation up, and the plans of the gangs assembling
+    (their slots are held from other gangs)."""
+
+    refused_since: tuple[tuple[str, float], ...] = ()
+    # (gang, reserved nodes, since)
+    reservation: tuple[str, tuple[str, ...], float] | None = None
+    no_reserve: frozenset[str] = frozenset()
+    plans: tuple[tuple[str, PlanState], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class _Cycle:
     policy: Policy
     need: int  # members still to place for minMember
@@ -398,6 +426,75 @@ class GangScheduling:
         plan = self.plans.get(pol.key)
         deadline = plan.deadline if plan is not None else now + pol.timeout
         return wait(), max(deadline - now, 0.001)
+
+    # -- StatefulPlugin: the gangs' history, for a copy of the scheduler (explain) ------------
+
+    def export_state(self) -> GangState:
+        names = self.handle.snapshot.names
+
+        def named(mask: Mask) -> tuple[str, ...]:
+            return tuple(names[r] for r in np.flatnonzero(mask).tolist() if r < len(names))
+
+        res = self.reservation
+        return GangState(
+            refused_since=tuple(self.refused_since.items()),
+            reservation=None if res is None else (res.key, named(res.mask), res.since),
+            no_reserve=frozenset(self._no_reserve),
+            plans=tuple(
+                (
+                    key,
+                    PlanState(
+                        named(plan.mask),
+                        tuple((names[r], k) for r, k in plan.slots.items() if 0 <= r < len(names)),
+                        plan.shape,
+                        plan.cards,
+                        plan.cpu,
+                        plan.mem,
+                        plan.deadline,
+                        plan.racks,
+                    ),
+                )
+                for key, plan in self.plans.items()
+            ),
+        )
+
+    def import_state(self, state: object) -> None:
+        if not isinstance(state, GangState):
+            raise TypeError(f"GangScheduling state is a GangState, got {type(state)}")
+        snap = self.handle.snapshot
+        n = len(snap.node_valid)
+
+        def mask_of(nodes: Sequence[str]) -> Mask:
+            mask = np.zeros(n, np.bool_)
+            for name in nodes:
+                row = snap.row_of(name)
+                if row >= 0:
+                    mask[row] = True
+            return mask
+
+        self.refused_since = dict(state.refused_since)
+        self._no_reserve = set(state.no_reserve)
+        self.reservation = None
+        if state.reservation is not None:
+            key, nodes, since = state.reservation
+            self.reservation = Reservation(key, mask_of(nodes), since)
+        self.plans = {}
+        for key, p in state.plans:
+            mask = mask_of(p.nodes)
+            slots = {snap.row_of(name): k for name, k in p.slots if snap.row_of(name) >= 0}
+            self.plans[key] = Plan(
+                mask=mask,
+                rows=np.flatnonzero(mask),
+                slots=slots,
+                shape=p.shape,
+                cards=p.cards,
+                cpu=p.cpu,
+                mem=p.mem,
+                deadline=p.deadline,
+                racks=p.racks,
+            )
+        self._refusals.clear()
+        self._epoch += 1
 
     # -- gang state -----------------------------------------------------------------------------
 

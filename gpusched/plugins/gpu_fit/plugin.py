@@ -60,6 +60,7 @@ NVLINK_UNKNOWN = (
 )
 NO_GPU = "node(s) had no GPU"
 NO_HEALTHY = "node(s) had no healthy GPU"
+NO_MODEL = "node(s) had no GPU of model"  # then the models asked for, "|"-joined
 NOT_DRA = "node(s) had no GPU published through DRA (ResourceSlices)"
 DRA_ONLY = "node(s) had GPUs only through DRA: ask for them with a ResourceClaim"
 
@@ -126,7 +127,7 @@ class GPUFit:
             INSUFFICIENT_WHOLE if request.cards else INSUFFICIENT_SHARE,
             NO_ISLAND,
             NO_GPU,
-            f"node(s) had no GPU of model {'|'.join(models)}" if models else NO_HEALTHY,
+            f"{NO_MODEL} {'|'.join(models)}" if models else NO_HEALTHY,
             NOT_DRA if pod.gpu_from_claims else DRA_ONLY,
             NVLINK_UNKNOWN,
         )

@@ -121,6 +121,22 @@ class Thermal:
     def telemetry_updated(self) -> None:
         self.observe()
 
+    # -- StatefulPlugin: the latch, for a copy of the scheduler (explain) ------------------
+
+    def export_state(self) -> frozenset[str]:
+        """The latched nodes' names (as of the last look; the copy looks again at the same
+        readings, so it reaches the same latch)."""
+        return self._latched_names
+
+    def import_state(self, state: object) -> None:
+        if not isinstance(state, frozenset):
+            raise TypeError(f"Thermal state is a frozenset of node names, got {type(state)}")
+        self._latched_names = frozenset(str(name) for name in state)
+        # Rebuilt from the names at the next look, on this instance's snapshot rows.
+        self.latched = np.zeros(0, np.bool_)
+        self._membership = -1
+        self._seen = (-1, -1, -1)
+
     # -- projection -----------------------------------------------------------------------
 
     def _gpus(self, pod: PodInfo, rows: Rows | slice) -> NDArray[np.float32]:

@@ -8,7 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from gpusched.explain import Explainer, NodeReadings, World
+from gpusched.explain import Explainer, NodeReadings, World, plugin_states
+from gpusched.explain import attempt as dry
 from gpusched.framework.snapshot import TELEMETRY_CARD_COLUMNS
 from gpusched.framework.tenancy import StaticTenancy, TenantQuota
 from gpusched.model import keys, quota
@@ -53,7 +54,7 @@ def test_fragmentation_when_the_free_cards_are_spread() -> None:
     ]
     r = explain(nodes, pods, pod("want", 4))
     assert r["binding"] == "fragmentation"
-    assert "4 whole cards are free in total" in r["detail"]
+    assert "4 whole cards the pod could use are free in total (a: 2, b: 2)" in r["detail"]
     assert r["changes"][0]["action"] == {"node": "b", "delete": ["team/b2"]}
 
 
@@ -177,3 +178,150 @@ def test_a_complete_gang_that_does_not_fit_names_the_pods_to_leave() -> None:
     # together would be two pods.
     assert change["action"] == {"gang": "team/g", "delete": ["team/a1"]}
     assert change["text"] == "gang team/g fits if pod team/a1 (6 GPUs, priority 9) left"
+
+
+def test_fragmentation_counts_only_cards_the_pod_could_take() -> None:
+    """2 free 80 GB cards on a, 2 free 32 GB cards on v: a pod of 4 cards of 40 GB each
+    could use only a's; 2 in total is not fragmentation (GPUFit's own eligibility rule)."""
+    nodes = [node("a"), node("v", model="V100M32")]
+    pods = [
+        pod("a1", 6, node_name="a", cards="0,1,2,3,4,5"),
+        pod("v1", 6, node_name="v", cards="0,1,2,3,4,5"),
+    ]
+    want = pod("want", 4, annotations={keys.GPU_MEMORY_MIB: "40000"})
+    r = explain(nodes, pods, want)
+    assert r["binding"] == "resources", r
+    assert "fragmentation" not in r["detail"]
+    # The same cluster for a pod that fits on 32 GB cards: 4 usable cards in total, 2 on
+    # each node.
+    r = explain(nodes, pods, pod("want", 4))
+    assert r["binding"] == "fragmentation"
+    assert "4 whole cards the pod could use are free in total" in r["detail"]
+
+
+def test_a_model_mismatch_is_not_resources() -> None:
+    nodes = [node("a"), node("t", model="T4")]
+    pods = [pod("a1", 7, node_name="a", cards="0,1,2,3,4,5,6")]
+    want = pod("want", 2, annotations={keys.GPU_MODEL: "A100M80"})
+    r = explain(nodes, pods, want)
+    kinds = {g["reason"]: g["kind"] for g in r["groups"]}
+    assert kinds == {
+        "Insufficient nvidia.com/gpu": "resources",
+        "node(s) had no GPU of model A100M80": "gpu model",
+    }
+
+
+def test_a_filter_that_raises_is_named_at_filter() -> None:
+    """A Filter plugin that raises stops the dry cycle at Filter (not PreFilter), named."""
+    target = pod("want", 1)
+    ex = Explainer(facts([node("a")], [target]), REGISTRY)
+    thermal = ex.world.frameworks[target.scheduler_name].plugins["Thermal"]
+
+    def broken(*_: Any) -> Any:
+        raise RuntimeError("sensor table corrupt")
+
+    thermal.filter = broken
+    r = ex.explain(target).to_json()
+    assert (r["state"], r["stage"]) == ("pending", "Filter")
+    assert r["binding"] == "thermal"
+    assert r["detail"].startswith("Filter Thermal: Thermal Filter raised RuntimeError")
+    assert r["message"] == r["detail"].removeprefix("Filter Thermal: ")
+
+
+def test_the_search_stops_at_its_deadline_and_says_so() -> None:
+    nodes = [node("a")]
+    pods = [
+        pod("p1", 4, node_name="a", cards="0,1,2,3"),
+        pod("p2", 4, node_name="a", cards="4,5,6,7"),
+    ]
+    target = pod("want", 2)
+    f = facts(nodes, [*pods, target])
+    whole = Explainer(f, REGISTRY).explain(target).to_json()
+    assert whole["complete"] and whole["changes"], whole
+    # The same search whose time is up before its first trial: the binding constraint is
+    # still named, no change is claimed, and the answer says it was cut short.
+    cut = Explainer(f, REGISTRY, deadline=5.0, clock=lambda: 5.0).explain(target).to_json()
+    assert cut["binding"] == whole["binding"] == "resources"
+    assert not cut["complete"] and cut["changes"] == [] and cut["trials"] == 0
+    assert any("cut short at its time limit" in n for n in cut["notes"]), cut["notes"]
+    stopped = Explainer(f, REGISTRY, stop=lambda: True).explain(target).to_json()
+    assert not stopped["complete"] and "the search was cancelled" in stopped["notes"]
+
+
+# -- the plugins' history (StatefulPlugin) ------------------------------------------------
+
+
+def _readings(temps: dict[str, float]) -> dict[str, NodeReadings]:
+    out = {}
+    for name, t in temps.items():
+        temp = np.full(8, t, np.float32)
+        cards = tuple(
+            temp if c == "card_temp" else np.full(8, np.nan, np.float32)
+            for c in TELEMETRY_CARD_COLUMNS
+        )
+        out[name] = NodeReadings(cards, np.full(8, 999.0), t, 999.0, np.zeros(8, np.bool_))
+    return out
+
+
+def test_a_node_latched_by_thermal_is_named_not_fits() -> None:
+    """The scheduler saw 85 °C, now 80 °C: still latched (release below 77 °C), so it
+    refuses a small GPU pod whose projection (80.5 °C) is under the line. The copy is built
+    with new plugin instances: it must carry the latch, or it would answer "fits"."""
+    nodes = [node("warm")]
+    small = pod("small", 0, annotations={keys.GPU_MILLI: "100"})  # +0.5 °C projected
+    live = World(facts(nodes, [small], readings=_readings({"warm": 85.0})), REGISTRY)
+    live._copy_readings(_readings({"warm": 80.0}))
+    for fw in live.frameworks.values():
+        fw.telemetry_updated()
+    assert not dry.run(live, small).fits  # the scheduler refuses it
+
+    now = facts(nodes, [small], readings=_readings({"warm": 80.0}))
+    assert Explainer(now, REGISTRY).explain(small).state == "fits"  # without the history
+
+    carried = replace(now, plugin_states=plugin_states(live.frameworks))
+    assert carried.plugin_states[(small.scheduler_name, "Thermal")].state == frozenset({"warm"})
+    r = Explainer(carried, REGISTRY).explain(small).to_json()
+    assert (r["state"], r["binding"]) == ("pending", "thermal"), r
+    assert r["groups"][0]["reason"] == (
+        "node(s) cooling after reaching the thermal red line (below 77 °C required)"
+    )
+    # A red line changed by the counterfactual is a new plugin (as a reload builds one):
+    # the latch is not carried into it, so the change found is verified without it.
+    (change,) = r["changes"]
+    assert change["action"] == {"redLineCelsius": 83, "node": "warm"}
+
+
+def test_nodes_reserved_for_a_starving_gang_are_named_not_fits() -> None:
+    """A gang of two 8-card pods, refused for capacity longer than starvationSeconds,
+    reserves both nodes in the scheduler; a 2-card pod then fits there by room but the
+    scheduler refuses it. The copy must carry the reservation."""
+    ann = {keys.GANG_NAME: "g", keys.GANG_TOTAL: "2"}
+    members = [pod(f"m{i}", 8, annotations=ann) for i in range(2)]
+    bound = [
+        pod("x", 4, node_name="a", cards="0,1,2,3"),
+        pod("y", 4, node_name="b", cards="0,1,2,3"),
+    ]
+    want = pod("want", 2)
+    f = facts([node("a"), node("b")], [*bound, *members, want])
+    live = World(f, REGISTRY)
+    gang = live.frameworks[want.scheduler_name].plugins["GangScheduling"]
+    gang.refused_since["team/g"] = f.now - gang.args.starvation_seconds  # starving since
+    assert not dry.run(live, members[0]).fits
+    assert gang.reservation is not None and gang.reservation.key == "team/g"
+    assert not dry.run(live, want).fits  # the scheduler refuses the small pod
+
+    assert Explainer(f, REGISTRY).explain(want).state == "fits"  # without the history
+
+    carried = replace(f, plugin_states=plugin_states(live.frameworks))
+    state = carried.plugin_states[(want.scheduler_name, "GangScheduling")].state
+    assert state.reservation[:2] == ("team/g", ("a", "b"))  # type: ignore[attr-defined]
+    r = Explainer(carried, REGISTRY).explain(want).to_json()
+    assert (r["state"], r["binding"]) == ("pending", "gang"), r
+    assert r["groups"] == [
+        {
+            "plugin": "GangScheduling",
+            "reason": "node(s) were reserved for a gang waiting longer",
+            "kind": "gang",
+            "nodes": 2,
+        }
+    ]
