@@ -102,7 +102,10 @@ NodeNote = Callable[[int], Mapping[str, object]]
 NODE_NOTES: StateKey[dict[str, NodeNote]] = StateKey("gpusched/node-notes")
 """Plugins that want their view of the chosen node in the decision record register a note
 here (plugin name -> note); the record calls each once, for the chosen row only, so a
-plugin keeps what it computed and words it only when the record is written."""
+plugin keeps what it computed and words it only when the record is written. A note reads
+only what the plugin kept, not the snapshot: the record is written after binding (or a
+gang's wait at Permit), when the row's readings may have changed or the row may hold
+another node."""
 
 
 NoData = Callable[[int, int], bool]
@@ -114,7 +117,8 @@ NO_DATA: StateKey[dict[str, NoData]] = StateKey("gpusched/no-data")
 """Score plugins whose score for a row can be a neutral stand-in for missing data (Thermal
 without a fresh temperature, PowerHeadroom without power readings, NVLinkTopology on a node
 whose islands nobody published) register a test here (plugin name -> test); the record asks
-it for the chosen row only and writes "no data" instead of the neutral number."""
+it for the chosen row only and writes "no data" instead of the neutral number. The test
+answers from what Score computed, not from the snapshot (as a NODE_NOTES note)."""
 
 CARD_REASON: StateKey[Callable[[], str]] = StateKey("gpusched/card-reason")
 """Why the Reserve plugin that chose the pod's cards chose those, in words: written where the

@@ -38,12 +38,8 @@ def tie_entry(decision: Decision) -> dict[str, Any] | None:
     if tied == 1:
         return {"tied": 1, "text": "the only node with the top total score"}
     fw = decision.framework
-    if decision.alloc is not None:
-        row = decision.alloc.row
-    else:  # Reserve failed after the choice: no allocation names the row
-        row = fw.handle.snapshot.row_of(decision.node) if fw is not None else -1
     out: dict[str, Any] = {"tied": tied}
-    out.update(fw.describe_tie_break(row) if fw is not None else {"rule": "unknown"})
+    out.update(fw.describe_tie_break(decision.node) if fw is not None else {"rule": "unknown"})
     seed = f" (seed {out['seed']})" if "seed" in out else ""
     out["text"] = f"chosen among {tied} tied nodes by {out['rule']}{seed}"
     return out

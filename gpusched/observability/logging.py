@@ -119,7 +119,8 @@ def top_nodes(
         chosen = chosen_index(decision)
     if chosen >= 0 and chosen not in best:
         best[-1] = chosen
-    best = np.array(sorted(best.tolist(), key=lambda i: (-total[i], i != chosen)), np.intp)
+    order = sorted(best.tolist(), key=lambda i: (-total[i], i != chosen))
+    best = np.array(order, np.intp)
     # The k entries of every array taken at once as Python numbers: indexing numpy arrays
     # one scalar at a time cost more than the rest of the record (bench/throughput.py).
     rows = scores.rows[best].tolist()
@@ -128,11 +129,18 @@ def top_nodes(
         (name, ps.raw[best].tolist(), ps.normalized[best].tolist(), ps.weight)
         for name, ps in scores.by_plugin.items()
     ]
+    # The chosen node by its own name: the record is written after binding (or a gang's
+    # wait at Permit), when its row may hold another node (`names` is read now).
+    chosen_at = order.index(chosen) if chosen >= 0 and decision.node else -1
+
+    def name_of(row: int) -> str:
+        return names[row] if row < len(names) else str(row)
+
     out: list[dict[str, Any]] = []
     for j, row in enumerate(rows):
         out.append(
             {
-                "node": names[row] if row < len(names) else str(row),
+                "node": decision.node if j == chosen_at else name_of(row),
                 "total": _round(totals[j]),
                 "scores": {
                     name: {"raw": _round(raw[j]), "normalized": _round(norm[j]), "weight": weight}

@@ -464,12 +464,12 @@ class Framework:
             }
         return got
 
-    def describe_tie_break(self, row: int) -> dict[str, object]:
+    def describe_tie_break(self, node: str) -> dict[str, object]:
         """The tie-break rule and its input for the decision record (SeededNodeOrder's own
         words; another rule, e.g. the simulator's comparison orders, by its name)."""
         describe = getattr(self.tie_break, "describe", None)
         if describe is not None:
-            out: dict[str, object] = describe(row)
+            out: dict[str, object] = describe(node)
             return out
         tb = self.tie_break
         return {"rule": getattr(tb, "__qualname__", type(tb).__name__)}

@@ -54,17 +54,14 @@ class SeededNodeOrder:
             self._membership = snap.membership
         return int(ties[np.argmin(self._rank[ties])])
 
-    def describe(self, row: int) -> dict[str, object]:
+    def describe(self, node: str) -> dict[str, object]:
         """The rule and its input for the decision record: the seed and the chosen node's
-        rank (hex), enough to check by hand (node_rank) why it came first among its ties."""
-        snap = self._handle.snapshot
-        if snap.membership == self._membership and 0 <= row < len(self._rank):
-            rank = int(self._rank[row])  # the ranks the pick was made with
-        else:
-            rank = node_rank(self.seed, snap.names[row] if 0 <= row < len(snap.names) else "")
+        rank (hex), enough to check by hand (node_rank) why it came first among its ties.
+        From the node's name, not its row: the record is written after binding, when the
+        row may hold another node."""
         return {
             "rule": RULE,
             "seed": self.seed,
-            "rank": f"{rank:016x}",
+            "rank": f"{node_rank(self.seed, node):016x}",
             "how": self._how,
         }

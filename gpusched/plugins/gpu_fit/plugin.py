@@ -202,24 +202,22 @@ class GPUFit:
     def _reason_whole(
         self, state: CycleState, cards: tuple[int, ...], row: int, request: GpuRequest
     ) -> None:
-        """Keep the row's free shares as choose_cards saw them (assuming the pod rewrites
-        them next); the words are built only if the record asks (why.py)."""
+        """Keep the row as choose_cards saw it: the record is written after binding (or a
+        gang's wait at Permit), when the pod has rewritten the free shares, a reading may
+        have changed the temperatures and the row may hold another node. Six copies of
+        one row's few cards (1-3 µs); the words are built only if the record asks (why.py)."""
         snap = self.handle.snapshot
-        free_milli = snap.card_free_milli[row].copy()
-        free_mem = snap.card_free_mem[row].copy()
+        seen = (
+            snap.card_free_milli[row].copy(),
+            snap.card_free_mem[row].copy(),
+            snap.card_model[row].copy(),
+            snap.card_healthy[row].copy(),
+            snap.card_island[row].copy(),
+            snap.card_temp[row].copy(),
+        )
 
         def words() -> str:
-            return whole_cards_reason(
-                cards,
-                free_milli,
-                free_mem,
-                snap.card_model[row],
-                snap.card_healthy[row],
-                snap.card_island[row],
-                snap.card_temp[row],
-                request.mem_mib,
-                request.allowed,
-            )
+            return whole_cards_reason(cards, *seen, request.mem_mib, request.allowed)
 
         state.write(CARD_REASON, words)
 

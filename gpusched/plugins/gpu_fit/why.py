@@ -1,9 +1,11 @@
 """Why GPUFit's Reserve gave a pod those cards, in words for the decision record and the
 `Scheduled` Event ("NVLink island 0 (cards 0-3) ...", "best-fit card 3: 250m free left").
 
-Reserve keeps what the choice was made from (the chosen node's free shares before the pod
-was assumed) and which rule applied; these functions word it only when the record is
-written, once per bound pod, so the scheduling cycle pays a copy of one row, not a string.
+Reserve keeps what the choice was made from (the chosen row's card columns as choose_cards
+read them: free shares before the pod was assumed, models, health, islands, temperatures)
+and which rule applied; these functions word it only when the record is written, once per
+bound pod (after binding, or a gang's wait at Permit: by then a reading may have changed or
+the row may hold another node), so the scheduling cycle pays copies of one row, not a string.
 The words restate choose_cards' rules (gpusched/kernels/choose_cards.py) for the cards it
 returned, from the same inputs: the island is the chosen cards' own island, and the
 "tightest island" claim is checked against the other islands' free intact cards.

@@ -10,7 +10,10 @@ from gpusched.framework.interfaces import NO_DATA, NoData
 
 def mark_no_data(state: CycleState, plugin: str, test: NoData) -> None:
     """Register `test(row, index)` (True: no data for that row) for `plugin`; the
-    record calls it for the chosen row only, so it may word nothing and compute late."""
+    record calls it for the chosen row only. It answers from what Score kept (arrays Score
+    computed, never the snapshot's columns): the record is written after binding or a
+    gang's wait at Permit, when the readings may have changed and the row may hold
+    another node."""
     tests = state.get(NO_DATA)
     if tests is None:
         tests = {}

@@ -25,7 +25,7 @@ from numpy.typing import NDArray
 from gpusched.framework.cycle_state import CycleState
 from gpusched.framework.interfaces import NODE_NOTES, Handle, Rows, Scores, ScoreUnit
 from gpusched.model.pod import PodInfo
-from gpusched.plugins.helper.no_data import mark_no_data
+from gpusched.plugins.helper.no_data import always, mark_no_data
 from gpusched.plugins.power_headroom.args import PowerHeadroomArgs
 
 UNKNOWN_SCORE = 50.0
@@ -61,47 +61,72 @@ class PowerHeadroom:
     def score(self, state: CycleState, pod: PodInfo, rows: Rows) -> Scores:
         snap = self.handle.snapshot
         out = np.full(len(rows), UNKNOWN_SCORE)
-        self._note(state)
-        # UNKNOWN_SCORE stands in where no card has both readings (the note's own test).
-        mark_no_data(state, self.name, self._unknown)
         if snap.telemetry_version == 0:
             # No ingestion pass ever wrote a reading (node_sampled_at is all NaN): a
             # cluster without telemetry, or the simulator without heat, reads no column.
+            self._record(state, None)
             return out
         # Rows with no fresh reading at all are unknown: skip the per-card work for them.
         fresh = np.flatnonzero(~np.isnan(snap.node_sampled_at[rows]))
         if len(fresh) == 0:
+            self._record(state, None)
             return out
-        frac, _ = self.headroom(rows[fresh])
+        frac, lim = self.headroom(rows[fresh])
         known = ~np.isnan(frac)
         ample = self.args.ample_headroom_fraction
         out[fresh[known]] = np.clip(frac[known] * (100.0 / ample), 0.0, 100.0)
+        self._record(state, (rows, fresh, frac, lim))
         return out
 
-    def _unknown(self, row: int, index: int) -> bool:
-        """Whether `score` gave the row UNKNOWN_SCORE for want of readings (its three
-        cases); one row's few cards in plain Python, for the decision record."""
-        snap = self.handle.snapshot
-        if snap.telemetry_version == 0 or math.isnan(float(snap.node_sampled_at[row])):
-            return True
-        pairs = zip(snap.card_power_limit[row].tolist(), snap.card_power[row].tolist(), strict=True)
-        return not any(lim > 0 and not math.isnan(d) for lim, d in pairs)
+    # -- the decision record --------------------------------------------------------------
 
-    def _note(self, state: CycleState) -> None:
-        """The chosen node's draw, limit and headroom for the decision record."""
+    def _record(
+        self,
+        state: CycleState,
+        seen: tuple[Rows, NDArray[np.intp], NDArray[np.float64], NDArray[np.float64]] | None,
+    ) -> None:
+        """Register the chosen node's note (draw, limit, headroom) and whether its score was
+        UNKNOWN_SCORE for want of readings ("no data"), both from what this Score computed:
+        `seen` is (rows, the indices of the fresh ones, their headroom and Σ limit), None
+        when no row had a fresh reading. The record is written after binding (or a gang's
+        wait at Permit), when the readings may have changed: it must not look again."""
         notes = state.get(NODE_NOTES)
         if notes is None:
             notes = {}
             state.write(NODE_NOTES, notes)
+        if seen is None:
+            notes[self.name] = _no_telemetry
+            mark_no_data(state, self.name, always)
+            return
+        rows, fresh, frac, lim = seen
+
+        def at(row: int, index: int) -> int:
+            """The row's place in `frac` and `lim`; -1 when Score had no headroom for it
+            (no fresh reading, no card with both readings, or not scored)."""
+            if not (0 <= index < len(rows) and rows[index] == row):
+                hits = np.flatnonzero(rows == row)
+                if len(hits) == 0:
+                    return -1
+                index = int(hits[0])
+            j = int(np.searchsorted(fresh, index))
+            if j < len(fresh) and fresh[j] == index and not math.isnan(frac[j]):
+                return j
+            return -1
 
         def note(row: int) -> Mapping[str, object]:
-            frac, lim = self.headroom(np.array([row], np.intp))
-            if np.isnan(frac[0]):
+            j = at(row, -1)
+            if j < 0:
                 return {"telemetry": "none"}
             return {
                 "telemetry": "fresh",
-                "limitW": round(float(lim[0]), 1),
-                "headroom": round(float(frac[0]), 3),
+                "limitW": round(float(lim[j]), 1),
+                "headroom": round(float(frac[j]), 3),
             }
 
         notes[self.name] = note
+        # UNKNOWN_SCORE stood in exactly where Score had no headroom.
+        mark_no_data(state, self.name, lambda row, index: at(row, index) < 0)
+
+
+def _no_telemetry(row: int) -> Mapping[str, object]:
+    return {"telemetry": "none"}

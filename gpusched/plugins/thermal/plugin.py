@@ -157,11 +157,17 @@ class Thermal:
         return gpus
 
     def _projected(
-        self, pod: PodInfo, rows: Rows | slice, gpus: NDArray[np.float32] | None = None
+        self,
+        pod: PodInfo,
+        rows: Rows | slice,
+        gpus: NDArray[np.float32] | None = None,
+        temp: NDArray[np.float32] | None = None,
     ) -> NDArray[np.float32]:
-        """Temperature each node would reach with the pod (NaN stays NaN)."""
+        """Temperature each node would reach with the pod (NaN stays NaN); `temp`: the
+        rows' readings when the caller already took them."""
         snap = self.handle.snapshot
-        temp = snap.node_temp[rows]
+        if temp is None:
+            temp = snap.node_temp[rows]
         cards = snap.node_card_count[rows].astype(np.float32)
         if gpus is None:
             gpus = self._gpus(pod, rows)
@@ -200,16 +206,17 @@ class Thermal:
         if not self.any_fresh:
             # No node has a fresh reading: every node is "no data" and passes (the FGD
             # protocol and any cluster without telemetry take this path, at no cost).
-            self._note(state, None, None)
+            self._note(state, None, None, None)
             return FilterResult(candidates)
         n = len(candidates)
         rows = slice(0, n)
         gpus = self._gpus(pod, rows)
-        projected = self._projected(pod, rows, gpus)
-        self._note(state, projected, None)
+        seen = self.handle.snapshot.node_temp[:n].copy()  # the record's, as judged now
+        projected = self._projected(pod, rows, gpus, seen)
+        self._note(state, seen, projected, None)
         ok = np.empty(n, np.bool_)
         thermal_filter(candidates, projected, self.args.red_line_celsius, ok)
-        temp = self.handle.snapshot.node_temp[rows].astype(np.float64)
+        temp = seen.astype(np.float64)
         # Held by the latch: only on a fresh reading (a stale latched node is no data).
         held = candidates & latched[:n] & ~np.isnan(temp)
         ok &= ~held
@@ -225,10 +232,11 @@ class Thermal:
     def score(self, state: CycleState, pod: PodInfo, rows: Rows) -> Scores:
         self.observe()
         if not self.any_fresh:
-            self._note(state, None, None)
+            self._note(state, None, None, None)
             return np.full(len(rows), UNKNOWN_SCORE)
-        projected = self._projected(pod, rows)
-        self._note(state, projected, rows)
+        temp = self.handle.snapshot.node_temp[rows]  # a copy (rows is an index array)
+        projected = self._projected(pod, rows, temp=temp)
+        self._note(state, temp, projected, rows)
         out = np.empty(len(rows), np.float64)
         thermal_score(
             np.ones(len(rows), np.bool_),
@@ -242,35 +250,42 @@ class Thermal:
     # -- the decision record --------------------------------------------------------------
 
     def _note(
-        self, state: CycleState, projected: NDArray[np.float32] | None, rows: Rows | None
+        self,
+        state: CycleState,
+        temp: NDArray[np.float32] | None,
+        projected: NDArray[np.float32] | None,
+        rows: Rows | None,
     ) -> None:
         """Register this attempt's view of the nodes for the decision record, worded only
-        for the chosen node when the record is written. `projected` is per row of `rows`,
-        or per snapshot row when `rows` is None; None when nothing was projected."""
+        for the chosen node when the record is written. `temp` (the readings judged) and
+        `projected` are per row of `rows`, or per snapshot row when `rows` is None; None
+        when nothing was projected. They are this attempt's own arrays, not the columns:
+        the record is written after binding (or a gang's wait at Permit), when a newer
+        reading may have arrived or the row may hold another node."""
         notes = state.get(NODE_NOTES)
         if notes is None:
             notes = {}
             state.write(NODE_NOTES, notes)
-        snap = self.handle.snapshot
-        latched = self.latched
+        latched = self.latched  # observe() replaces the array, never writes into it
 
-        def projected_at(row: int) -> float:
-            p = float("nan")
-            if projected is not None and rows is None and row < len(projected):
-                p = float(projected[row])
-            elif projected is not None and rows is not None:
-                hit = np.flatnonzero(rows == row)
-                p = float(projected[hit[0]]) if len(hit) else p
-            return p
+        def index_of(row: int) -> int:
+            """Where the row is in `temp` and `projected`; -1: not there."""
+            if projected is None:
+                return -1
+            if rows is None:
+                return row if 0 <= row < len(projected) else -1
+            hit = np.flatnonzero(rows == row)
+            return int(hit[0]) if len(hit) else -1
 
         def note(row: int) -> Mapping[str, object]:
-            t = float(snap.node_temp[row]) if 0 <= row < len(snap.node_temp) else float("nan")
-            p = projected_at(row)
-            fresh = not np.isnan(t)
+            i = index_of(row)
+            t = float(temp[i]) if temp is not None and i >= 0 else math.nan
+            p = float(projected[i]) if projected is not None and i >= 0 else math.nan
+            fresh = not math.isnan(t)
             return {
                 "telemetry": "fresh" if fresh else "none",
                 "tempC": round(t, 1) if fresh else None,
-                "projectedC": round(p, 1) if not np.isnan(p) else None,
+                "projectedC": round(p, 1) if not math.isnan(p) else None,
                 "latched": bool(0 <= row < len(latched) and latched[row]),
             }
 
@@ -281,6 +296,7 @@ class Thermal:
             assert projected is not None
             if rows is not None and 0 <= index < len(projected):
                 return bool(np.isnan(projected[index]))  # projected is per scored row
-            return math.isnan(projected_at(row))
+            i = index_of(row)
+            return i < 0 or math.isnan(float(projected[i]))
 
         mark_no_data(state, self.name, always if projected is None else no_data)
