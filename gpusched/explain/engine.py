@@ -196,8 +196,16 @@ class Explainer:
         nodes (closest first), and a sentence on it."""
         if not now.blockers:
             return "unknown", [], "no node passed PreFilter"
-        fewest = min(len(b) for b in now.blockers.values())
-        close = {n: b for n, b in now.blockers.items() if len(b) == fewest}
+        # The nodes the pod asked for (its node selector and required node affinity, the
+        # taints it tolerates) first: on a cluster of many pools, the nodes outside the
+        # pod's own pool each "fit but for affinity", and outnumber the pool's nodes that
+        # fit but for room. Node selection binds only when no node passes it.
+        asked = {
+            n: b for n, b in now.blockers.items() if not any(p in NODE_SELECTION for p, _ in b)
+        }
+        blockers = asked or now.blockers
+        fewest = min(len(b) for b in blockers.values())
+        close = {n: b for n, b in blockers.items() if len(b) == fewest}
         sets = Counter(tuple(sorted({kind_of(p, r) for p, r in b})) for b in close.values())
         kinds, count = sets.most_common(1)[0]
         nodes = [
@@ -211,6 +219,10 @@ class Explainer:
             if frag:
                 return FRAGMENTATION, nodes, frag
         return kind, nodes, detail
+
+
+# The Filters that select nodes by the pod's own choice (kube-scheduler's node selection).
+NODE_SELECTION = frozenset({"NodeAffinity", "TaintToleration", "NodeName"})
 
 
 def fragmentation(

@@ -65,7 +65,7 @@ async def test_only_the_leader_schedules_and_a_released_lease_passes_at_once(
     pool = pool_name()
     spec = pool_specs(pool, 1)[0]
     where = placement(pool)
-    settings = daemon_settings()  # one private Lease, shared by both daemons
+    settings = daemon_settings(timing=SHORT_LEASE)  # one private Lease, both daemons
     lease_path = f"{LEASES}/{settings['leaderElection']['resourceName']}"
     streams = {"a": io.StringIO(), "b": io.StringIO()}
     ids = {name: f"{name}_{secrets.token_hex(3)}" for name in streams}

@@ -71,17 +71,8 @@ async def explain(daemon: Daemon, namespace: str, name: str) -> dict[str, Any]:
 
 
 def settings() -> dict[str, Any]:
-    """daemon_settings() with the Lease's default timings: a daemon must not lose its Lease
-    to a busy shared 2-core machine between choosing a node and binding (the short test
-    timings fenced a binding here once), and nothing here tests a failover."""
-    out = daemon_settings()
-    out["leaderElection"] = {
-        "resourceName": out["leaderElection"]["resourceName"],
-        "leaseDurationSeconds": 15,
-        "renewDeadlineSeconds": 10,
-        "retryPeriodSeconds": 2,
-    }
-    return out
+    """daemon_settings(): the Lease's default timings, nothing here tests a failover."""
+    return daemon_settings()
 
 
 async def placed(kube: Kube, namespace: str, names: list[str], stream: io.StringIO) -> None:

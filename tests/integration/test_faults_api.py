@@ -59,6 +59,7 @@ from gpusched.model.pod import PodInfo
 from tests.integration.daemon_support import (
     IMMUTABLE,
     RBAC,
+    SHORT_LEASE,
     annotate,
     apply_docs,
     create_pods,
@@ -433,7 +434,7 @@ async def test_silent_watch_never_expires_a_bound_pod(
     pool = pool_name()
     spec = pool_specs(pool, 1, shapes=A100)[0]
     clock = OffsetClock()
-    settings = daemon_settings()
+    settings = daemon_settings(timing=SHORT_LEASE)
     if SOAK:
         settings["watch"] = {"timeoutSeconds": 40, "readTimeoutSeconds": 45}
     stream = io.StringIO()

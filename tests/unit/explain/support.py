@@ -34,10 +34,13 @@ def pod(
     cards: str = "",
     priority: int = 0,
     namespace: str = "team",
+    node_selector: dict[str, str] | None = None,
     **kw: Any,
 ) -> PodInfo:
     raw = pod_manifest(name, gpus=gpus, **kw)
     raw["metadata"]["namespace"] = namespace
+    if node_selector:
+        raw["spec"]["nodeSelector"] = dict(node_selector)
     raw["metadata"]["uid"] = f"uid-{next(_uid)}"
     raw["spec"]["priority"] = priority
     if node_name:

@@ -58,6 +58,20 @@ def test_fragmentation_when_the_free_cards_are_spread() -> None:
     assert r["changes"][0]["action"] == {"node": "b", "delete": ["team/b2"]}
 
 
+def test_the_binding_constraint_is_named_on_the_nodes_the_pod_asked_for() -> None:
+    # Many nodes outside the pod's selection would take it "but for affinity"; the one node
+    # it selected is full: the constraint that binds there is room, not the selector.
+    nodes = [node("mine"), *(node(f"other-{i}") for i in range(5))]
+    pods = [pod("full", 8, node_name="mine", cards="0,1,2,3,4,5,6,7", priority=1)]
+    want = pod("want", 2, node_selector={"kubernetes.io/hostname": "mine"})
+    r = explain(nodes, pods, want)
+    assert r["binding"] == "resources", r
+    assert r["changes"][0]["action"] == {"node": "mine", "delete": ["team/full"]}
+    # With no node passing the selector, the selector binds.
+    lost = pod("lost", 2, node_selector={"kubernetes.io/hostname": "nowhere"})
+    assert explain(nodes, pods, lost)["binding"] == "affinity"
+
+
 def test_thermal_finds_the_lowest_red_line_that_admits_a_node() -> None:
     nodes = [node("hot")]
     temp = np.full(8, 80.0, np.float32)
