@@ -29,7 +29,6 @@ from gpusched.daemon.main import RunArgs, pages
 from gpusched.devcluster import LocalCluster
 from gpusched.devcluster.demo import demo_pod
 from gpusched.devcluster.fake_dcgm import FakeDcgmExporter
-from gpusched.devcluster.nodes import gpu_inventory
 from gpusched.devcluster.prometheus import PrometheusServer
 from gpusched.devcluster.testkit import wait_pod
 from gpusched.kube import JSON, Kube, pod_path
@@ -49,8 +48,8 @@ from tests.integration.daemon_support import (
 from tests.integration.test_quotas import elastic_quota, quotas_of
 from tests.integration.test_telemetry import (
     daemon_sees,
+    hot_a100,
     node_temp,
-    prometheus_has,
     telemetry_settings,
 )
 
@@ -289,14 +288,8 @@ async def test_thermal_restart_with_the_red_line_said_and_the_pod_binds(
     prometheus: PrometheusServer,
     exporter: FakeDcgmExporter,
 ) -> None:
-    pool = pool_name()
-    (spec,) = pool_specs(pool, 1, shapes=ONE_A100)
+    pool, spec = await hot_a100(prometheus, exporter)
     name = spec.name
-    exporter.add_node(name, 8, uuids=[c["uuid"] for c in gpu_inventory(spec)])
-    exporter.set(name, temp=60)
-    exporter.set(name, gpu=3, temp=84)
-    hottest = f'max(DCGM_FI_DEV_GPU_TEMP{{Hostname="{name}"}})'
-    await prometheus_has(prometheus, exporter, hottest, lambda v: v == [84.0])
     async with node_pool(kube, [pool_node(spec, pool)]):
         stream = io.StringIO()
         async with running_daemon(

@@ -24,7 +24,7 @@ import orjson
 import pytest
 
 from gpusched.daemon import Daemon
-from gpusched.devcluster import LocalCluster
+from gpusched.devcluster import LocalCluster, NodeSpec
 from gpusched.devcluster.demo import demo_pod
 from gpusched.devcluster.fake_dcgm import FakeDcgmExporter
 from gpusched.devcluster.nodes import gpu_inventory
@@ -102,6 +102,25 @@ async def prometheus_has(
     await asyncio.wait_for(run(), WAIT)
 
 
+async def hot_a100(
+    prometheus: PrometheusServer, exporter: FakeDcgmExporter
+) -> tuple[str, NodeSpec]:
+    """A pool of one 8-card A100 node whose exporter reads 60 °C but card 3 at 84 °C (above
+    the 82 °C red line), once Prometheus answers the node's hottest card with 84."""
+    pool = pool_name()
+    (spec,) = pool_specs(pool, 1, shapes=ONE_A100)
+    exporter.add_node(spec.name, 8, uuids=[c["uuid"] for c in gpu_inventory(spec)])
+    exporter.set(spec.name, temp=60)
+    exporter.set(spec.name, gpu=3, temp=84)
+    await prometheus_has(prometheus, exporter, hottest(spec.name), lambda v: v == [84.0])
+    return pool, spec
+
+
+def hottest(node: str) -> str:
+    """The PromQL of a node's hottest card."""
+    return f'max(DCGM_FI_DEV_GPU_TEMP{{Hostname="{node}"}})'
+
+
 async def daemon_sees(
     daemon: Daemon, check: Callable[[], bool], what: str, stream: io.StringIO | None = None
 ) -> None:
@@ -159,14 +178,8 @@ async def test_a_hot_node_takes_no_gpu_pod_until_it_cools_below_the_margin(
     prometheus: PrometheusServer,
     exporter: FakeDcgmExporter,
 ) -> None:
-    pool = pool_name()
-    (spec,) = pool_specs(pool, 1, shapes=ONE_A100)
+    pool, spec = await hot_a100(prometheus, exporter)
     name = spec.name
-    exporter.add_node(name, 8, uuids=[c["uuid"] for c in gpu_inventory(spec)])
-    exporter.set(name, temp=60)
-    exporter.set(name, gpu=3, temp=84)
-    hottest = f'max(DCGM_FI_DEV_GPU_TEMP{{Hostname="{name}"}})'
-    await prometheus_has(prometheus, exporter, hottest, lambda v: v == [84.0])
     stream = io.StringIO()
     settings = telemetry_settings(prometheus.url, hysteresisCelsius=5)
     async with (
@@ -188,7 +201,7 @@ async def test_a_hot_node_takes_no_gpu_pod_until_it_cools_below_the_margin(
 
         # Below the red line, not below the margin: still no new work.
         exporter.set(name, gpu=3, temp=79)
-        await prometheus_has(prometheus, exporter, hottest, lambda v: v == [79.0])
+        await prometheus_has(prometheus, exporter, hottest(name), lambda v: v == [79.0])
         await daemon_sees(daemon, lambda: node_temp(daemon, name) == 79.0, "79 °C", stream)
         # The cooling woke the pod (ClusterEvent.TELEMETRY): its next attempt's record.
         await daemon_sees(
@@ -207,7 +220,7 @@ async def test_a_hot_node_takes_no_gpu_pod_until_it_cools_below_the_margin(
         assert not pod["spec"].get("nodeName")
 
         exporter.set(name, gpu=3, temp=70)
-        await prometheus_has(prometheus, exporter, hottest, lambda v: v == [70.0])
+        await prometheus_has(prometheus, exporter, hottest(name), lambda v: v == [70.0])
         bound = await until_bound(kube, namespace, ["train"], 1)
         assert bound["train"]["spec"]["nodeName"] == name
         placed = await bound_record(daemon, stream, f"{namespace}/train")
