@@ -35,7 +35,6 @@ from gpusched.kube import JSON, Kube, pod_path
 from gpusched.model import keys
 from gpusched.observability.metrics import Metrics, serve
 from tests.integration.daemon_support import (
-    daemon_settings,
     first_event,
     node_pool,
     placement,
@@ -69,11 +68,6 @@ async def explain(daemon: Daemon, namespace: str, name: str) -> dict[str, Any]:
     return body
 
 
-def settings() -> dict[str, Any]:
-    """daemon_settings(): the Lease's default timings, nothing here tests a failover."""
-    return daemon_settings()
-
-
 async def placed(kube: Kube, namespace: str, names: list[str], stream: io.StringIO) -> None:
     """Until the pods are bound; on a timeout, the daemon's log says why not."""
     try:
@@ -104,7 +98,7 @@ async def test_resources_delete_the_named_pod_and_it_binds(
     stream = io.StringIO()
     async with (
         node_pool(kube, [pool_node(spec, pool)]),
-        running_daemon(cluster.kubeconfig, stream, settings()) as daemon,
+        running_daemon(cluster.kubeconfig, stream) as daemon,
     ):
         await create(kube, namespace, gpu_pod("big", 5, pool), gpu_pod("small", 2, pool))
         await placed(kube, namespace, ["big", "small"], stream)
@@ -197,7 +191,7 @@ async def test_fragmentation_delete_the_named_pod_and_it_binds(
     stream = io.StringIO()
     async with (
         node_pool(kube, [pool_node(s, pool) for s in specs]),
-        running_daemon(cluster.kubeconfig, stream, settings()) as daemon,
+        running_daemon(cluster.kubeconfig, stream) as daemon,
     ):
         # Six cards taken on each node: 4 free in total, 2 on each.
         await create(kube, namespace, *(gpu_pod(f"six-{i}", 6, pool) for i in range(2)))
@@ -226,7 +220,7 @@ async def test_gang_create_the_missing_member_and_it_binds(
     stream = io.StringIO()
     async with (
         node_pool(kube, [pool_node(spec, pool)]),
-        running_daemon(cluster.kubeconfig, stream, settings()) as daemon,
+        running_daemon(cluster.kubeconfig, stream) as daemon,
     ):
         await create(
             kube, namespace, *(gpu_pod(f"w{i}", 2, pool, annotations=gang) for i in range(2))
@@ -261,7 +255,7 @@ async def test_quota_raise_it_as_said_and_the_pod_binds(
     await kube.post(quotas_of(namespace), elastic_quota("gpus", {}, {keys.GPU_RESOURCE: 2}))
     async with (
         node_pool(kube, [pool_node(spec, pool)]),
-        running_daemon(cluster.kubeconfig, stream, settings()) as daemon,
+        running_daemon(cluster.kubeconfig, stream) as daemon,
     ):
         await create(kube, namespace, gpu_pod("first", 2, pool))
         await placed(kube, namespace, ["first"], stream)
@@ -293,7 +287,7 @@ async def test_thermal_restart_with_the_red_line_said_and_the_pod_binds(
     async with node_pool(kube, [pool_node(spec, pool)]):
         stream = io.StringIO()
         async with running_daemon(
-            cluster.kubeconfig, stream, thermal_settings(prometheus.url)
+            cluster.kubeconfig, stream, telemetry_settings(prometheus.url)
         ) as daemon:
             await daemon_sees(daemon, lambda: node_temp(daemon, name) == 84.0, "84 °C", stream)
             await create(kube, namespace, gpu_pod("train", 1, pool))
@@ -305,18 +299,12 @@ async def test_thermal_restart_with_the_red_line_said_and_the_pod_binds(
         assert change["action"] == {"redLineCelsius": 85, "node": name}
         assert change["text"].startswith("fits if the red line were 85 °C")
 
-        restart = thermal_settings(prometheus.url)
+        restart = telemetry_settings(prometheus.url)
         (thermal,) = restart["profiles"][0]["pluginConfig"]
         thermal["args"]["redLineCelsius"] = change["action"]["redLineCelsius"]
         stream = io.StringIO()
         async with running_daemon(cluster.kubeconfig, stream, restart):
             assert (await bound(kube, namespace, "train")) == name
-
-
-def thermal_settings(url: str) -> dict[str, Any]:
-    """test_telemetry's settings (no projected rise, the red line at 82 °C) with the Lease
-    timings of settings()."""
-    return {**telemetry_settings(url), **settings()}
 
 
 async def test_affinity_recreate_without_the_term_and_it_binds(
@@ -327,7 +315,7 @@ async def test_affinity_recreate_without_the_term_and_it_binds(
     stream = io.StringIO()
     async with (
         node_pool(kube, [pool_node(spec, pool)]),
-        running_daemon(cluster.kubeconfig, stream, settings()) as daemon,
+        running_daemon(cluster.kubeconfig, stream) as daemon,
     ):
         pod = gpu_pod("want", 1, pool)
         pod["spec"]["nodeSelector"]["zone"] = "nowhere"
@@ -355,7 +343,7 @@ async def test_topology_recreate_with_nvlink_preferred_and_it_binds(
     stream = io.StringIO()
     async with (
         node_pool(kube, [pool_node(spec, pool)]),
-        running_daemon(cluster.kubeconfig, stream, settings()) as daemon,
+        running_daemon(cluster.kubeconfig, stream) as daemon,
     ):
         pod = gpu_pod("want", 2, pool, annotations={keys.NVLINK: "required"})
         await create(kube, namespace, pod)
